@@ -1,0 +1,61 @@
+"""Builds the C core, samprof._samprof.
+
+Environment switches (all in one place):
+  SAMPROF_WERROR=1    treat compiler warnings as errors (CI does).
+  SAMPROF_SANITIZE=1  build with AddressSanitizer + UBSan, asserts on.
+  SAMPROF_DEBUG=1     -O0 -g, asserts on.
+"""
+
+import glob
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+sources = sorted(glob.glob("src/samprof/_c/*.c"))
+compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden", "-fno-strict-aliasing"]
+# Bind every symbol when the module loads, so the signal handler never runs
+# the dynamic linker (DESIGN.md §2).
+link_args = ["-Wl,-z,now"]
+macros = []
+
+if os.environ.get("SAMPROF_WERROR") == "1":
+    compile_args.append("-Werror")
+if os.environ.get("SAMPROF_SANITIZE") == "1":
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+    compile_args += flags + ["-O1", "-g", "-UNDEBUG"]
+    link_args += flags
+    macros.append(("SAMPROF_SANITIZE", "1"))
+elif os.environ.get("SAMPROF_DEBUG") == "1":
+    compile_args += ["-O0", "-g", "-UNDEBUG"]
+else:
+    compile_args += ["-O2"]
+
+
+class build_ext_always(build_ext):
+    """Recompiles on every build.
+
+    The switches above change the flags but not the sources, and setuptools
+    skips an extension whose output in build/ is newer than its sources, so a
+    build/ left by another flavour would be reused silently (an unsanitized
+    module under SAMPROF_SANITIZE=1, or the reverse).
+    """
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.force = True
+
+
+setup(
+    cmdclass={"build_ext": build_ext_always},
+    ext_modules=[
+        Extension(
+            "samprof._samprof",
+            sources=sources,
+            depends=sorted(glob.glob("src/samprof/_c/*.h")),
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
+            define_macros=macros,
+        )
+    ]
+)

@@ -1,0 +1,20 @@
+"""samprof: Go's profiling experience for Python.
+
+A sampling profiler with its core in C. Pull a CPU profile out of a live
+process and read it with ``go tool pprof`` or ``samprof top``::
+
+    import samprof
+
+    data = samprof.CPUProfiler(hz=100).profile(seconds=10)
+    with open("cpu.pb.gz", "wb") as f:
+        f.write(data)
+
+    with samprof.CPUProfiler(hz=1000) as prof:
+        work()
+    open("cpu.pb.gz", "wb").write(prof.result)
+"""
+
+from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats
+
+__all__ = ["CPUProfiler", "ProfilerError", "ProfileStats", "__version__"]
+__version__ = "0.1.0"

@@ -1,0 +1,30 @@
+/* frames: reads the calling thread's Python frame chain into a sample.
+ *
+ * The one piece of samprof that knows each CPython version's frame layout.
+ * frames_walk runs in signal context on the sampled thread itself, so the
+ * chain cannot change under it; frames_line runs later, under the GIL. */
+#ifndef SAMPROF_FRAMES_H
+#define SAMPROF_FRAMES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "ring.h"
+
+/* Walks tstate's frames, leaf first, into out[0..max). Sets RING_TRUNCATED
+ * in *flags when frames were left out at the root, RING_TORN when a frame
+ * looked implausible (the sample must then be dropped). Returns the number
+ * of frames written.
+ * Runs in signal context: reads memory only, calls nothing. */
+int frames_walk(PyThreadState *tstate, ring_frame_t *out, int max,
+                uint16_t *flags);
+
+/* The line executing at byte offset `offset` of `code`.
+ * Caller holds the GIL and guarantees code is alive. */
+int frames_line(PyObject *code, int32_t offset);
+
+/* The name to show for a code object: co_qualname where the version has it
+ * (3.11+), co_name before. Borrowed reference. Caller holds the GIL. */
+PyObject *frames_code_name(PyObject *code);
+
+#endif

@@ -1,0 +1,188 @@
+/* htab: open-addressing hash table, byte-string keys, linear probing.
+ *
+ * Invariant: filled < capacity * 3 / 4, so every probe sequence reaches an
+ * empty slot. Deleted slots are tombstones until the next resize. */
+#include "htab.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HTAB_EMPTY 0
+#define HTAB_DELETED 1
+
+uint64_t
+htab_hash(const void *key, size_t len)
+{
+    const uint8_t *p = key;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    /* FNV's low bits mix poorly for pointer keys; finish with a murmur-style
+     * avalanche so masking by capacity spreads them. */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h | 2;
+}
+
+int
+htab_init(htab_t *t, size_t capacity_hint)
+{
+    size_t cap = 16;
+    while (cap < capacity_hint) {
+        cap <<= 1;
+    }
+    memset(t, 0, sizeof(*t));
+    t->entries = calloc(cap, sizeof(htab_entry_t));
+    if (t->entries == NULL) {
+        return -1;
+    }
+    t->capacity = cap;
+    return 0;
+}
+
+void
+htab_clear(htab_t *t)
+{
+    for (size_t i = 0; i < t->capacity; i++) {
+        if (t->entries[i].hash > HTAB_DELETED) {
+            free(t->entries[i].key);
+        }
+    }
+    if (t->entries != NULL) {
+        memset(t->entries, 0, t->capacity * sizeof(htab_entry_t));
+    }
+    t->used = t->filled = t->key_bytes = 0;
+}
+
+void
+htab_free(htab_t *t)
+{
+    htab_clear(t);
+    free(t->entries);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Returns the slot holding key, or the first empty slot of its probe
+ * sequence (reporting the first tombstone seen through *tomb). */
+static htab_entry_t *
+htab_find(const htab_t *t, uint64_t h, const void *key, size_t len,
+          htab_entry_t **tomb)
+{
+    size_t mask = t->capacity - 1;
+    size_t i = (size_t)h & mask;
+    if (tomb != NULL) {
+        *tomb = NULL;
+    }
+    for (;;) {
+        htab_entry_t *e = &t->entries[i];
+        if (e->hash == HTAB_EMPTY) {
+            return e;
+        }
+        if (e->hash == HTAB_DELETED) {
+            if (tomb != NULL && *tomb == NULL) {
+                *tomb = e;
+            }
+        }
+        else if (e->hash == h && e->key_len == len
+                 && memcmp(e->key, key, len) == 0) {
+            return e;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static int
+htab_resize(htab_t *t, size_t new_cap)
+{
+    htab_entry_t *old = t->entries;
+    size_t old_cap = t->capacity;
+    htab_entry_t *fresh = calloc(new_cap, sizeof(htab_entry_t));
+    if (fresh == NULL) {
+        return -1;
+    }
+    t->entries = fresh;
+    t->capacity = new_cap;
+    t->filled = t->used;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i].hash > HTAB_DELETED) {
+            htab_entry_t *e = htab_find(t, old[i].hash, old[i].key,
+                                        old[i].key_len, NULL);
+            *e = old[i];
+        }
+    }
+    free(old);
+    return 0;
+}
+
+int
+htab_get(const htab_t *t, const void *key, size_t len, uint64_t *value)
+{
+    if (t->capacity == 0) {
+        return 0;
+    }
+    htab_entry_t *e = htab_find(t, htab_hash(key, len), key, len, NULL);
+    if (e->hash == HTAB_EMPTY) {
+        return 0;
+    }
+    *value = e->value;
+    return 1;
+}
+
+int
+htab_put(htab_t *t, const void *key, size_t len, uint64_t value)
+{
+    if ((t->filled + 1) * 4 >= t->capacity * 3) {
+        /* Mostly tombstones: rehash in place at the same size. */
+        size_t cap = t->used * 2 >= t->capacity / 2 ? t->capacity * 2
+                                                     : t->capacity;
+        if (htab_resize(t, cap) < 0) {
+            return -1;
+        }
+    }
+    uint64_t h = htab_hash(key, len);
+    htab_entry_t *tomb;
+    htab_entry_t *e = htab_find(t, h, key, len, &tomb);
+    if (e->hash != HTAB_EMPTY) {
+        e->value = value;
+        return 0;
+    }
+    uint8_t *copy = malloc(len ? len : 1);
+    if (copy == NULL) {
+        return -1;
+    }
+    memcpy(copy, key, len);
+    if (tomb != NULL) {
+        e = tomb;
+    }
+    else {
+        t->filled++;
+    }
+    e->hash = h;
+    e->key = copy;
+    e->key_len = (uint32_t)len;
+    e->value = value;
+    t->used++;
+    t->key_bytes += len;
+    return 0;
+}
+
+int
+htab_del(htab_t *t, const void *key, size_t len)
+{
+    if (t->capacity == 0) {
+        return 0;
+    }
+    htab_entry_t *e = htab_find(t, htab_hash(key, len), key, len, NULL);
+    if (e->hash == HTAB_EMPTY) {
+        return 0;
+    }
+    free(e->key);
+    t->key_bytes -= e->key_len;
+    e->key = NULL;
+    e->hash = HTAB_DELETED;
+    t->used--;
+    return 1;
+}

@@ -1,0 +1,193 @@
+/* pprof: the Profile message of google/pprof's profile.proto.
+ *
+ * Field numbers are named below, grouped by message, with their proto types.
+ * Conventions follow Go's runtime/pprof: sample types samples/count and
+ * cpu/nanoseconds (or wall/nanoseconds), period type of the same unit, one
+ * mapping that has functions, file names and line numbers so pprof never
+ * tries to symbolize. */
+#include "pprof.h"
+
+#include <string.h>
+
+/* message Profile */
+#define PPROF_PROFILE_SAMPLE_TYPE 1  /* repeated ValueType */
+#define PPROF_PROFILE_SAMPLE 2       /* repeated Sample */
+#define PPROF_PROFILE_MAPPING 3      /* repeated Mapping */
+#define PPROF_PROFILE_LOCATION 4     /* repeated Location */
+#define PPROF_PROFILE_FUNCTION 5     /* repeated Function */
+#define PPROF_PROFILE_STRING_TABLE 6 /* repeated string */
+#define PPROF_PROFILE_TIME_NANOS 9   /* int64 */
+#define PPROF_PROFILE_DURATION 10    /* int64 */
+#define PPROF_PROFILE_PERIOD_TYPE 11 /* ValueType */
+#define PPROF_PROFILE_PERIOD 12      /* int64 */
+#define PPROF_PROFILE_COMMENT 13     /* repeated int64 (string ids) */
+
+/* message ValueType */
+#define PPROF_VALUETYPE_TYPE 1 /* int64 (string id) */
+#define PPROF_VALUETYPE_UNIT 2 /* int64 (string id) */
+
+/* message Sample */
+#define PPROF_SAMPLE_LOCATION_ID 1 /* repeated uint64, leaf first */
+#define PPROF_SAMPLE_VALUE 2       /* repeated int64 */
+#define PPROF_SAMPLE_LABEL 3       /* repeated Label */
+
+/* message Label */
+#define PPROF_LABEL_KEY 1 /* int64 (string id) */
+#define PPROF_LABEL_STR 2 /* int64 (string id) */
+#define PPROF_LABEL_NUM 3 /* int64 */
+
+/* message Mapping */
+#define PPROF_MAPPING_ID 1                /* uint64 */
+#define PPROF_MAPPING_FILENAME 5          /* int64 (string id) */
+#define PPROF_MAPPING_HAS_FUNCTIONS 7     /* bool */
+#define PPROF_MAPPING_HAS_FILENAMES 8     /* bool */
+#define PPROF_MAPPING_HAS_LINE_NUMBERS 9  /* bool */
+
+/* message Location */
+#define PPROF_LOCATION_ID 1         /* uint64 */
+#define PPROF_LOCATION_MAPPING_ID 2 /* uint64 */
+#define PPROF_LOCATION_LINE 4       /* repeated Line */
+
+/* message Line */
+#define PPROF_LINE_FUNCTION_ID 1 /* uint64 */
+#define PPROF_LINE_LINE 2        /* int64 */
+
+/* message Function */
+#define PPROF_FUNCTION_ID 1          /* uint64 */
+#define PPROF_FUNCTION_NAME 2        /* int64 (string id) */
+#define PPROF_FUNCTION_SYSTEM_NAME 3 /* int64 (string id) */
+#define PPROF_FUNCTION_FILENAME 4    /* int64 (string id) */
+#define PPROF_FUNCTION_START_LINE 5  /* int64 */
+
+static uint32_t
+pprof_str(profile_t *p, const char *s)
+{
+    return profile_string(p, s, strlen(s));
+}
+
+static void
+pprof_value_type(pb_buf_t *b, uint32_t field, uint32_t type, uint32_t unit)
+{
+    size_t m = pb_begin(b, field);
+    pb_int64_opt(b, PPROF_VALUETYPE_TYPE, type);
+    pb_int64_opt(b, PPROF_VALUETYPE_UNIT, unit);
+    pb_end(b, m);
+}
+
+static void
+pprof_label(pb_buf_t *b, uint32_t key, uint32_t str, int64_t num)
+{
+    size_t m = pb_begin(b, PPROF_SAMPLE_LABEL);
+    pb_int64_opt(b, PPROF_LABEL_KEY, key);
+    pb_int64_opt(b, PPROF_LABEL_STR, str);
+    pb_int64_opt(b, PPROF_LABEL_NUM, num);
+    pb_end(b, m);
+}
+
+static void
+pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
+             uint32_t k_thread_name, uint32_t k_thread_id,
+             uint32_t k_thread_state)
+{
+    size_t m = pb_begin(b, PPROF_PROFILE_SAMPLE);
+    size_t lm = pb_begin(b, PPROF_SAMPLE_LOCATION_ID);
+    for (uint32_t i = 0; i < s->depth; i++) {
+        pb_varint(b, p->stack_ids[s->stack + i]);
+    }
+    pb_end(b, lm);
+    int64_t values[2] = {s->count, s->value};
+    pb_int64s(b, PPROF_SAMPLE_VALUE, values, 2);
+
+    uint64_t tidx;
+    uint32_t name = 0;
+    if (htab_get(&p->threads_index, &s->tid, sizeof(s->tid), &tidx)) {
+        name = p->threads[tidx].name;
+    }
+    pprof_label(b, k_thread_name, name, 0);
+    pprof_label(b, k_thread_id, 0, s->tid);
+    if (s->state != 0) {
+        pprof_label(b, k_thread_state, s->state, 0);
+    }
+    if (s->labels != 0 && s->labels <= p->n_labelsets) {
+        uint32_t start = p->labelsets[s->labels - 1].start;
+        uint32_t len = p->labelsets[s->labels - 1].len;
+        for (uint32_t i = 0; i < len; i++) {
+            const profile_label_t *l = &p->label_pairs[start + i];
+            pprof_label(b, l->key, l->value, 0);
+        }
+    }
+    pb_end(b, m);
+}
+
+int
+pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
+{
+    /* Intern every string first: the string table is written last but its
+     * ids are used throughout. */
+    uint32_t s_samples = pprof_str(p, "samples");
+    uint32_t s_count = pprof_str(p, "count");
+    uint32_t s_value = pprof_str(p, meta->value_type);
+    uint32_t s_ns = pprof_str(p, "nanoseconds");
+    uint32_t k_thread_name = pprof_str(p, "thread_name");
+    uint32_t k_thread_id = pprof_str(p, "thread_id");
+    uint32_t k_thread_state = pprof_str(p, "thread_state");
+    uint32_t s_mapping = pprof_str(p, "python");
+    uint32_t comment_ids[16];
+    size_t n_comments = meta->n_comments < 16 ? meta->n_comments : 16;
+    for (size_t i = 0; i < n_comments; i++) {
+        comment_ids[i] = pprof_str(p, meta->comments[i]);
+    }
+
+    pprof_value_type(b, PPROF_PROFILE_SAMPLE_TYPE, s_samples, s_count);
+    pprof_value_type(b, PPROF_PROFILE_SAMPLE_TYPE, s_value, s_ns);
+
+    for (size_t i = 0; i < p->n_samples; i++) {
+        pprof_sample(b, p, &p->samples[i], k_thread_name, k_thread_id,
+                     k_thread_state);
+    }
+
+    size_t m = pb_begin(b, PPROF_PROFILE_MAPPING);
+    pb_uint64(b, PPROF_MAPPING_ID, 1);
+    pb_int64_opt(b, PPROF_MAPPING_FILENAME, s_mapping);
+    pb_bool(b, PPROF_MAPPING_HAS_FUNCTIONS, 1);
+    pb_bool(b, PPROF_MAPPING_HAS_FILENAMES, 1);
+    pb_bool(b, PPROF_MAPPING_HAS_LINE_NUMBERS, 1);
+    pb_end(b, m);
+
+    for (size_t i = 0; i < p->n_locations; i++) {
+        const profile_location_t *l = &p->locations[i];
+        m = pb_begin(b, PPROF_PROFILE_LOCATION);
+        pb_uint64(b, PPROF_LOCATION_ID, i + 1);
+        pb_uint64(b, PPROF_LOCATION_MAPPING_ID, 1);
+        size_t lm = pb_begin(b, PPROF_LOCATION_LINE);
+        pb_uint64(b, PPROF_LINE_FUNCTION_ID, l->function);
+        pb_int64_opt(b, PPROF_LINE_LINE, l->line);
+        pb_end(b, lm);
+        pb_end(b, m);
+    }
+
+    for (size_t i = 0; i < p->n_functions; i++) {
+        const profile_function_t *f = &p->functions[i];
+        m = pb_begin(b, PPROF_PROFILE_FUNCTION);
+        pb_uint64(b, PPROF_FUNCTION_ID, i + 1);
+        pb_int64_opt(b, PPROF_FUNCTION_NAME, f->name);
+        pb_int64_opt(b, PPROF_FUNCTION_SYSTEM_NAME, f->name);
+        pb_int64_opt(b, PPROF_FUNCTION_FILENAME, f->filename);
+        pb_int64_opt(b, PPROF_FUNCTION_START_LINE, f->start_line);
+        pb_end(b, m);
+    }
+
+    for (size_t i = 0; i < p->n_strings; i++) {
+        pb_bytes(b, PPROF_PROFILE_STRING_TABLE, p->strings[i].bytes,
+                 p->strings[i].len);
+    }
+
+    pb_int64_opt(b, PPROF_PROFILE_TIME_NANOS, meta->time_nanos);
+    pb_int64_opt(b, PPROF_PROFILE_DURATION, meta->duration_nanos);
+    pprof_value_type(b, PPROF_PROFILE_PERIOD_TYPE, s_value, s_ns);
+    pb_int64_opt(b, PPROF_PROFILE_PERIOD, meta->period_ns);
+    for (size_t i = 0; i < n_comments; i++) {
+        pb_int64(b, PPROF_PROFILE_COMMENT, comment_ids[i]);
+    }
+    return pb_ok(b) ? 0 : -1;
+}

@@ -1,0 +1,128 @@
+/* profile: the aggregated profile being built: strings, functions,
+ * locations, threads, label sets and samples keyed by stack.
+ *
+ * Pure C, no Python. Ids are 1-based (pprof reserves 0); string id 0 is "".
+ * Protected by the GIL: only code holding it (collector drains, stop, code
+ * death hooks) touches a profile. */
+#ifndef SAMPROF_PROFILE_H
+#define SAMPROF_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "htab.h"
+
+typedef struct {
+    uint32_t name;      /* string id */
+    uint32_t filename;  /* string id */
+    int64_t start_line;
+} profile_function_t;
+
+typedef struct {
+    uint32_t function; /* function id */
+    int64_t line;
+} profile_location_t;
+
+typedef struct {
+    uint32_t stack;     /* offset of the first location id in stack_ids */
+    uint32_t depth;     /* location ids, leaf first */
+    int32_t tid;        /* native thread id */
+    uint32_t labels;    /* label-set id, 0 = none */
+    uint32_t state;     /* string id of thread_state label (wall), 0 = none */
+    int64_t count;      /* samples */
+    int64_t value;      /* nanoseconds */
+} profile_sample_t;
+
+typedef struct {
+    int32_t tid;
+    uint32_t name;     /* string id, 0 until resolved */
+    int resolved;      /* 1 once a name lookup was attempted */
+} profile_thread_t;
+
+typedef struct {
+    char *bytes;  /* malloc'ed, not NUL-terminated; NULL for "" */
+    uint32_t len;
+} profile_string_t;
+
+typedef struct {
+    uint32_t start; /* first pair in label_pairs */
+    uint32_t len;   /* pairs */
+} profile_labelset_t;
+
+typedef struct {
+    uint32_t key;   /* string id */
+    uint32_t value; /* string id */
+} profile_label_t;
+
+typedef struct {
+    /* strings: id -> bytes; strings_index: bytes -> id */
+    profile_string_t *strings;
+    size_t n_strings, cap_strings;
+    htab_t strings_index;
+
+    profile_function_t *functions; /* functions[id - 1] */
+    size_t n_functions, cap_functions;
+    htab_t functions_index; /* (name, filename, start_line) -> id */
+
+    profile_location_t *locations; /* locations[id - 1] */
+    size_t n_locations, cap_locations;
+    htab_t locations_index; /* (function, line) -> id */
+
+    profile_sample_t *samples;
+    size_t n_samples, cap_samples;
+    uint32_t *stack_ids; /* location ids of all samples, back to back */
+    size_t n_stack_ids, cap_stack_ids;
+    htab_t samples_index; /* (tid, labels, state, stack...) -> index */
+    size_t max_samples;   /* cap on distinct samples; the rest overflow */
+    uint64_t overflowed;  /* samples folded into the overflow stack */
+
+    profile_thread_t *threads;
+    size_t n_threads, cap_threads;
+    htab_t threads_index; /* tid -> index */
+
+    /* label sets: id -> run of (key, value) pairs in label_pairs */
+    profile_labelset_t *labelsets;
+    size_t n_labelsets, cap_labelsets;
+    profile_label_t *label_pairs;
+    size_t n_label_pairs, cap_label_pairs;
+
+    uint32_t *keybuf; /* scratch for building sample keys */
+    size_t cap_keybuf;
+} profile_t;
+
+/* Returns 0, or -1 when out of memory. */
+int profile_init(profile_t *p, size_t max_samples);
+void profile_free(profile_t *p);
+
+/* Interns a string. Returns its id, or 0 (the empty string) when out of
+ * memory: a lost name, never a crash. */
+uint32_t profile_string(profile_t *p, const char *s, size_t len);
+/* Interns a function. Returns its id, or 0 when out of memory. */
+uint32_t profile_function(profile_t *p, uint32_t name, uint32_t filename,
+                          int64_t start_line);
+/* Interns a location. Returns its id, or 0 when out of memory. */
+uint32_t profile_location(profile_t *p, uint32_t function, int64_t line);
+/* A pseudo-frame: a location of a function with this name and no file. */
+uint32_t profile_pseudo(profile_t *p, const char *name);
+
+/* Adds count/value to the sample with this stack and thread. When the
+ * distinct-sample cap is reached the values go to overflow_stack instead
+ * (a one-frame stack naming the overflow) and are counted in overflowed.
+ * Returns 0, or -1 when out of memory (values lost, caller counts it). */
+int profile_add(profile_t *p, const uint32_t *stack, uint32_t depth,
+                int32_t tid, uint32_t labels, uint32_t state, int64_t count,
+                int64_t value);
+
+/* The thread record for tid, created on first use; NULL when out of
+ * memory. */
+profile_thread_t *profile_thread(profile_t *p, int32_t tid);
+
+/* Creates a label set from n (key, value) string pairs. Returns its id
+ * (1-based), or 0 when out of memory. */
+uint32_t profile_labelset(profile_t *p, const profile_label_t *pairs,
+                          size_t n);
+
+/* Bytes of memory the tables hold (approximate, for stats and caps). */
+size_t profile_bytes(const profile_t *p);
+
+#endif

@@ -1,0 +1,690 @@
+/* sampler: CPU-time timers and the signal handler.
+ *
+ * Invariants:
+ * - The handler samples only while S.active is set, and stop() waits until
+ *   no handler is running before it releases anything a handler reads.
+ * - A thread's bit in S.own_timer is set exactly while a perf event or a
+ *   POSIX timer of ours is armed for it; ITIMER_PROF signals landing on such
+ *   a thread are ignored, so no CPU time is counted twice (Go's rule).
+ * - Timers are armed and disarmed only by the thread registry, under
+ *   S.registry_lock, never in signal context. */
+#define _GNU_SOURCE
+#include "sampler.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frames.h"
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+/* ITIMER_PROF is checked on the scheduler tick, so it cannot fire faster
+ * than CONFIG_HZ (100 to 1000 Hz). It fires at most every 10 ms here and
+ * weighs its samples accordingly, so it is right on any kernel. */
+#define SAMPLER_ITIMER_MIN_NS 10000000ULL
+
+/* Thread-local state read by the handler. initial-exec, because the
+ * general-dynamic model's first access can call malloc (DESIGN.md §2). */
+#define SAMPLER_TLS __thread __attribute__((tls_model("initial-exec")))
+static SAMPLER_TLS int32_t tls_tid;         /* cached gettid(), 0 = unknown */
+static SAMPLER_TLS uint32_t tls_labels;     /* active label set */
+static SAMPLER_TLS uint8_t tls_in_gc;       /* inside the cyclic GC */
+static SAMPLER_TLS uint8_t tls_is_collector; /* samprof's collector thread */
+
+typedef struct {
+    int32_t tid;
+    sampler_source_t source; /* PERF or TIMER when armed, ITIMER if neither */
+    int fd;                  /* perf event, or -1 */
+    int timer_id;            /* kernel POSIX timer id, or -1 */
+    uint64_t seen;           /* registry generation that last saw it */
+} sampler_thread_t;
+
+/* The sampler is process-global because a signal handler receives no
+ * context pointer: it can only find its state through a global. */
+typedef struct {
+    sampler_config_t cfg;
+    ring_t ring;             /* allocated at start; handlers write */
+    _Atomic int active;      /* handlers sample only while set */
+    _Atomic int in_handler;  /* handlers running now */
+    int installed;           /* our handler owns cfg.signum */
+    struct sigaction old_action; /* restored by stop */
+    _Atomic uint64_t *own_timer; /* bitmap by tid; registry writes, handler reads */
+    size_t own_timer_bits;
+    uint32_t itimer_weight;  /* periods per ITIMER_PROF sample */
+    int perf_exclude_kernel; /* 1 when perf_event_paranoid demanded it */
+    sampler_counters_t counters;
+
+    /* The registry. Protected by registry_lock. */
+    pthread_mutex_t registry_lock;
+    sampler_thread_t *threads;
+    size_t n_threads, cap_threads;
+    htab_t threads_index; /* tid -> index into threads */
+    uint64_t generation;
+    uint64_t armed[SAMPLER_SRC_COUNT]; /* threads armed per source */
+    uint64_t rng;                      /* xorshift state for first expiry */
+} sampler_state_t;
+
+static sampler_state_t S = {.registry_lock = PTHREAD_MUTEX_INITIALIZER};
+
+PyObject *sampler_error;
+
+/* ------------------------------------------------------------------------
+ * Signal context. Everything between here and the end-of-fence comment runs
+ * inside the signal handler: only async-signal-safe calls, no allocation,
+ * no locks, no Python API beyond reading memory.
+ * ---------------------------------------------------------------------- */
+
+static inline int32_t
+sampler_tid(void)
+{
+    if (tls_tid == 0) {
+        tls_tid = (int32_t)syscall(SYS_gettid);
+    }
+    return tls_tid;
+}
+
+static inline int
+sampler_has_own_timer(int32_t tid)
+{
+    size_t t = (size_t)tid;
+    if (t >= S.own_timer_bits) {
+        return 0;
+    }
+    uint64_t w = atomic_load_explicit(&S.own_timer[t >> 6],
+                                      memory_order_relaxed);
+    return (int)((w >> (t & 63)) & 1);
+}
+
+static inline void
+sampler_count(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static void
+sampler_record(sampler_source_t src, uint32_t weight, int32_t tid)
+{
+    ring_slot_t *slot = ring_claim(&S.ring);
+    if (slot == NULL) {
+        sampler_count(&S.counters.dropped[SAMPLER_DROP_RING_FULL], 1);
+        sampler_count(&S.counters.dropped_periods[SAMPLER_DROP_RING_FULL],
+                      weight);
+        return;
+    }
+    uint16_t flags = 0;
+    int depth = 0;
+    if (tls_in_gc) {
+        flags |= RING_IN_GC;
+    }
+    if (tls_is_collector) {
+        flags |= RING_COLLECTOR;
+    }
+    /* A TSS read (pthread_getspecific): the thread's state whether or not
+     * it holds the GIL, NULL for threads Python never saw. */
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (ts == NULL) {
+        flags |= RING_NO_PYTHON;
+    }
+    else {
+        depth = frames_walk(ts, slot->frames, (int)S.ring.max_depth, &flags);
+    }
+    slot->tid = tid;
+    slot->weight = weight;
+    slot->depth = (uint16_t)depth;
+    slot->flags = flags;
+    slot->labels = tls_labels;
+    slot->source = (uint8_t)src;
+    if (flags & RING_TORN) {
+        sampler_count(&S.counters.dropped[SAMPLER_DROP_TORN], 1);
+        sampler_count(&S.counters.dropped_periods[SAMPLER_DROP_TORN], weight);
+    }
+    else {
+        sampler_count(&S.counters.signals[src], 1);
+        sampler_count(&S.counters.periods[src], weight);
+    }
+    ring_publish(&S.ring, slot);
+}
+
+static void
+sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
+{
+    /* We can only use async-signal-safe functions here. */
+    (void)signum;
+    (void)ucontext;
+    int saved_errno = errno;
+    atomic_fetch_add(&S.in_handler, 1);
+    if (!atomic_load(&S.active)) {
+        goto out;
+    }
+    int32_t tid = sampler_tid();
+    switch (info->si_code) {
+    case SI_TIMER:
+        if (info->si_value.sival_ptr != (void *)&S) {
+            sampler_count(&S.counters.foreign, 1);
+            break;
+        }
+        /* Expirations folded into this signal: the tick-bound timer fired
+         * late; weighting by them keeps CPU totals right. */
+        sampler_record(SAMPLER_SRC_TIMER,
+                       1 + (uint32_t)(info->si_overrun > 0 ? info->si_overrun
+                                                           : 0),
+                       tid);
+        break;
+    case POLL_HUP:
+    case POLL_IN:
+        sampler_record(SAMPLER_SRC_PERF, 1, tid);
+        /* The event disabled itself after one overflow; re-arm it. */
+        ioctl(info->si_fd, PERF_EVENT_IOC_REFRESH, 1);
+        break;
+    case SI_KERNEL:
+        if (sampler_has_own_timer(tid)) {
+            sampler_count(&S.counters.itimer_ignored, 1);
+            break;
+        }
+        sampler_record(SAMPLER_SRC_ITIMER, S.itimer_weight, tid);
+        break;
+    default:
+        sampler_count(&S.counters.foreign, 1);
+        break;
+    }
+out:
+    atomic_fetch_sub(&S.in_handler, 1);
+    errno = saved_errno;
+}
+
+void
+sampler_after_fork_child(void)
+{
+    /* Only async-signal-safe calls: other threads' locks may be held. The
+     * child has no POSIX timers and no interval timer; perf descriptors
+     * were inherited and are closed. Memory is abandoned, not freed: the
+     * child never wrote it, so it costs nothing but address space. */
+    tls_tid = 0;
+    if (!S.installed) {
+        return;
+    }
+    atomic_store(&S.active, 0);
+    for (size_t i = 0; i < S.n_threads; i++) {
+        if (S.threads[i].fd >= 0) {
+            close(S.threads[i].fd);
+        }
+    }
+    sigaction(S.cfg.signum, &S.old_action, NULL);
+    S.installed = 0;
+    S.threads = NULL;
+    S.n_threads = S.cap_threads = 0;
+    memset(&S.threads_index, 0, sizeof(S.threads_index));
+    S.own_timer = NULL;
+    S.own_timer_bits = 0;
+    memset(&S.ring, 0, sizeof(S.ring));
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&S.registry_lock, &fresh, sizeof(fresh));
+}
+
+/* ---------------------------- end of signal context ------------------- */
+
+static void
+sampler_set_own_timer(int32_t tid, int on)
+{
+    size_t t = (size_t)tid;
+    if (t >= S.own_timer_bits) {
+        return;
+    }
+    uint64_t bit = (uint64_t)1 << (t & 63);
+    if (on) {
+        atomic_fetch_or(&S.own_timer[t >> 6], bit);
+    }
+    else {
+        atomic_fetch_and(&S.own_timer[t >> 6], ~bit);
+    }
+}
+
+static uint64_t
+sampler_random(void)
+{
+    uint64_t x = S.rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    S.rng = x;
+    return x;
+}
+
+static int
+sampler_open_perf(int32_t tid, int exclude_kernel)
+{
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = S.cfg.period_ns;
+    attr.disabled = 1;
+    attr.exclude_kernel = (unsigned)exclude_kernel;
+    attr.exclude_hv = 1;
+    return (int)syscall(SYS_perf_event_open, &attr, (pid_t)tid, -1, -1,
+                        PERF_FLAG_FD_CLOEXEC);
+}
+
+/* Arms a perf-event task clock for tid whose overflow signals that thread.
+ * Returns 0, or -1 with errno set. */
+static int
+sampler_arm_perf(sampler_thread_t *th)
+{
+    int fd = sampler_open_perf(th->tid, S.perf_exclude_kernel);
+    if (fd < 0 && (errno == EACCES || errno == EPERM)
+        && !S.perf_exclude_kernel) {
+        /* perf_event_paranoid >= 2 allows user-space counting only; system
+         * time inside the thread then goes unsampled. */
+        S.perf_exclude_kernel = 1;
+        fd = sampler_open_perf(th->tid, 1);
+    }
+    if (fd < 0) {
+        return -1;
+    }
+    struct f_owner_ex owner = {F_OWNER_TID, th->tid};
+    if (fcntl(fd, F_SETOWN_EX, &owner) < 0
+        || fcntl(fd, F_SETSIG, S.cfg.signum) < 0
+        || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC | O_NONBLOCK) < 0
+        || ioctl(fd, PERF_EVENT_IOC_RESET, 0) < 0
+        || ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    th->fd = fd;
+    th->source = SAMPLER_SRC_PERF;
+    return 0;
+}
+
+/* Arms a POSIX timer on tid's CPU clock that signals tid. Raw syscalls:
+ * glibc's timer_create has no SIGEV_THREAD_ID for another thread's clock.
+ * Returns 0, or -1 with errno set. */
+static int
+sampler_arm_timer(sampler_thread_t *th)
+{
+    /* The kernel's encoding of a thread CPU clock: MAKE_THREAD_CPUCLOCK(tid,
+     * CPUCLOCK_SCHED). */
+    clockid_t clock = (clockid_t)((~(unsigned)th->tid) << 3) | 6;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = S.cfg.signum;
+    sev.sigev_value.sival_ptr = (void *)&S;
+    sev.sigev_notify_thread_id = th->tid;
+    int timer_id = -1;
+    if (syscall(SYS_timer_create, clock, &sev, &timer_id) < 0) {
+        return -1;
+    }
+    /* The first expiry is drawn in (0, period], as Go does, so threads that
+     * live shorter than a period are sampled in proportion. */
+    uint64_t first = 1 + sampler_random() % S.cfg.period_ns;
+    struct itimerspec its;
+    its.it_interval.tv_sec = (time_t)(S.cfg.period_ns / 1000000000ULL);
+    its.it_interval.tv_nsec = (long)(S.cfg.period_ns % 1000000000ULL);
+    its.it_value.tv_sec = (time_t)(first / 1000000000ULL);
+    its.it_value.tv_nsec = (long)(first % 1000000000ULL);
+    if (syscall(SYS_timer_settime, timer_id, 0, &its, NULL) < 0) {
+        int saved = errno;
+        syscall(SYS_timer_delete, timer_id);
+        errno = saved;
+        return -1;
+    }
+    th->timer_id = timer_id;
+    th->source = SAMPLER_SRC_TIMER;
+    return 0;
+}
+
+static void
+sampler_arm_unlocked(sampler_thread_t *th)
+{
+    th->fd = -1;
+    th->timer_id = -1;
+    th->source = SAMPLER_SRC_ITIMER;
+    sampler_engine_t e = S.cfg.engine;
+    if (e == SAMPLER_ENGINE_AUTO || e == SAMPLER_ENGINE_PERF) {
+        if (sampler_arm_perf(th) == 0) {
+            goto armed;
+        }
+    }
+    if (e == SAMPLER_ENGINE_AUTO || e == SAMPLER_ENGINE_TIMER) {
+        if (sampler_arm_timer(th) == 0) {
+            goto armed;
+        }
+    }
+    /* Neither: the process-wide ITIMER_PROF covers this thread. */
+    S.armed[SAMPLER_SRC_ITIMER]++;
+    return;
+armed:
+    S.armed[th->source]++;
+    sampler_set_own_timer(th->tid, 1);
+}
+
+static void
+sampler_disarm_unlocked(sampler_thread_t *th)
+{
+    if (th->source != SAMPLER_SRC_ITIMER) {
+        sampler_set_own_timer(th->tid, 0);
+    }
+    if (th->fd >= 0) {
+        close(th->fd);
+        th->fd = -1;
+    }
+    if (th->timer_id >= 0) {
+        syscall(SYS_timer_delete, th->timer_id);
+        th->timer_id = -1;
+    }
+}
+
+void
+sampler_scan_threads(void)
+{
+    pthread_mutex_lock(&S.registry_lock);
+    if (!S.installed) {
+        goto done;
+    }
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL) {
+        goto done;
+    }
+    uint64_t gen = ++S.generation;
+    struct dirent *ent;
+    while ((ent = readdir(dir)) != NULL) {
+        if (ent->d_name[0] < '0' || ent->d_name[0] > '9') {
+            continue;
+        }
+        int32_t tid = (int32_t)strtol(ent->d_name, NULL, 10);
+        uint64_t idx;
+        if (htab_get(&S.threads_index, &tid, sizeof(tid), &idx)) {
+            S.threads[idx].seen = gen;
+            continue;
+        }
+        if (S.n_threads == S.cap_threads) {
+            size_t cap = S.cap_threads ? S.cap_threads * 2 : 64;
+            sampler_thread_t *t = realloc(S.threads, cap * sizeof(*t));
+            if (t == NULL) {
+                break; /* the thread stays on ITIMER_PROF */
+            }
+            S.threads = t;
+            S.cap_threads = cap;
+        }
+        if (htab_put(&S.threads_index, &tid, sizeof(tid), S.n_threads) < 0) {
+            break;
+        }
+        sampler_thread_t *th = &S.threads[S.n_threads++];
+        th->tid = tid;
+        th->seen = gen;
+        sampler_arm_unlocked(th);
+    }
+    closedir(dir);
+    /* Threads gone from /proc exited: free their timers before the kernel
+     * can hand their tid to a new thread. */
+    for (size_t i = 0; i < S.n_threads;) {
+        sampler_thread_t *th = &S.threads[i];
+        if (th->seen == gen) {
+            i++;
+            continue;
+        }
+        sampler_disarm_unlocked(th);
+        htab_del(&S.threads_index, &th->tid, sizeof(th->tid));
+        S.n_threads--;
+        if (i != S.n_threads) {
+            S.threads[i] = S.threads[S.n_threads];
+            htab_put(&S.threads_index, &S.threads[i].tid,
+                     sizeof(S.threads[i].tid), i);
+        }
+    }
+done:
+    pthread_mutex_unlock(&S.registry_lock);
+}
+
+static int
+sampler_signal_allowed(int signum)
+{
+    return signum == SIGPROF || signum == SIGVTALRM || signum == SIGUSR1
+           || signum == SIGUSR2 || (signum >= SIGRTMIN && signum <= SIGRTMAX);
+}
+
+static size_t
+sampler_pid_max(void)
+{
+    size_t pid_max = 4194304; /* the kernel's ceiling (PID_MAX_LIMIT) */
+    FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+    if (f != NULL) {
+        unsigned long v;
+        if (fscanf(f, "%lu", &v) == 1 && v > 0 && v <= 4194304) {
+            pid_max = v;
+        }
+        fclose(f);
+    }
+    return pid_max + 1;
+}
+
+int
+sampler_start(const sampler_config_t *cfg)
+{
+    if (S.installed) {
+        PyErr_SetString(sampler_error, "a profile is already running");
+        return -1;
+    }
+    if (!sampler_signal_allowed(cfg->signum)) {
+        PyErr_Format(PyExc_ValueError,
+                     "signal %d cannot be used for sampling; use SIGPROF, "
+                     "SIGVTALRM, SIGUSR1, SIGUSR2 or a real-time signal "
+                     "(SIGRTMIN..SIGRTMAX)",
+                     cfg->signum);
+        return -1;
+    }
+    struct sigaction old;
+    if (sigaction(cfg->signum, NULL, &old) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    int has_handler = (old.sa_flags & SA_SIGINFO)
+                          ? old.sa_sigaction != NULL
+                          : (old.sa_handler != SIG_DFL
+                             && old.sa_handler != SIG_IGN);
+    if (has_handler) {
+        PyErr_Format(sampler_error,
+                     "signal %d (%s) already has a handler installed by "
+                     "someone else; choose another signal with "
+                     "signal=signal.SIGRTMIN + N (or SIGUSR1/SIGUSR2), or "
+                     "--signal on the command line",
+                     cfg->signum, strsignal(cfg->signum));
+        return -1;
+    }
+
+    S.cfg = *cfg;
+    memset(&S.counters, 0, sizeof(S.counters));
+    memset(S.armed, 0, sizeof(S.armed));
+    S.perf_exclude_kernel = 0;
+    S.rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL | 1;
+    if (ring_init(&S.ring, cfg->ring_slots, cfg->max_depth) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    S.own_timer_bits = sampler_pid_max();
+    S.own_timer = calloc((S.own_timer_bits + 63) / 64, sizeof(uint64_t));
+    if (S.own_timer == NULL || htab_init(&S.threads_index, 64) < 0) {
+        free(S.own_timer);
+        S.own_timer = NULL;
+        ring_free(&S.ring);
+        PyErr_NoMemory();
+        return -1;
+    }
+
+    if (cfg->engine == SAMPLER_ENGINE_PERF) {
+        /* A forced engine must exist: probe it on this thread. */
+        int fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 0);
+        if (fd < 0) {
+            fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 1);
+        }
+        if (fd < 0) {
+            int err = errno;
+            free(S.own_timer);
+            S.own_timer = NULL;
+            htab_free(&S.threads_index);
+            ring_free(&S.ring);
+            PyErr_Format(sampler_error,
+                         "the perf-event engine is unavailable: "
+                         "perf_event_open failed (%s); check "
+                         "/proc/sys/kernel/perf_event_paranoid or use "
+                         "engine='timer'",
+                         strerror(err));
+            return -1;
+        }
+        close(fd);
+    }
+
+    uint64_t interval = cfg->period_ns;
+    if (interval < SAMPLER_ITIMER_MIN_NS) {
+        interval = SAMPLER_ITIMER_MIN_NS;
+    }
+    S.itimer_weight =
+        (uint32_t)((interval + cfg->period_ns / 2) / cfg->period_ns);
+    interval = S.itimer_weight * cfg->period_ns;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = sampler_on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    S.old_action = old;
+    atomic_store(&S.active, 1);
+    if (sigaction(cfg->signum, &sa, NULL) < 0) {
+        atomic_store(&S.active, 0);
+        free(S.own_timer);
+        S.own_timer = NULL;
+        htab_free(&S.threads_index);
+        ring_free(&S.ring);
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    S.installed = 1;
+
+    sampler_scan_threads();
+
+    if (cfg->signum == SIGPROF) {
+        /* ITIMER_PROF only ever raises SIGPROF. With another signal the
+         * per-thread timers are the only engines. */
+        struct itimerval it;
+        it.it_interval.tv_sec = (time_t)(interval / 1000000000ULL);
+        it.it_interval.tv_usec = (suseconds_t)(interval % 1000000000ULL / 1000);
+        it.it_value = it.it_interval;
+        setitimer(ITIMER_PROF, &it, NULL);
+    }
+    return 0;
+}
+
+static void
+sampler_wait_handlers(void)
+{
+    while (atomic_load(&S.in_handler) != 0) {
+        sched_yield();
+    }
+}
+
+void
+sampler_stop(void)
+{
+    if (!S.installed) {
+        return;
+    }
+    atomic_store(&S.active, 0);
+    sampler_wait_handlers();
+    if (S.cfg.signum == SIGPROF) {
+        struct itimerval zero;
+        memset(&zero, 0, sizeof(zero));
+        setitimer(ITIMER_PROF, &zero, NULL);
+    }
+    pthread_mutex_lock(&S.registry_lock);
+    for (size_t i = 0; i < S.n_threads; i++) {
+        sampler_disarm_unlocked(&S.threads[i]);
+    }
+    free(S.threads);
+    S.threads = NULL;
+    S.n_threads = S.cap_threads = 0;
+    htab_free(&S.threads_index);
+    S.installed = 0;
+    pthread_mutex_unlock(&S.registry_lock);
+    /* Signals already generated may still be pending in some thread.
+     * Setting SIG_IGN discards them (POSIX), so restoring SIG_DFL cannot
+     * kill the process with a late SIGPROF. */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(S.cfg.signum, &ign, NULL);
+    sigaction(S.cfg.signum, &S.old_action, NULL);
+    sampler_wait_handlers();
+    free(S.own_timer);
+    S.own_timer = NULL;
+    S.own_timer_bits = 0;
+}
+
+void
+sampler_release(void)
+{
+    ring_free(&S.ring);
+}
+
+ring_t *
+sampler_ring(void)
+{
+    return &S.ring;
+}
+
+const sampler_counters_t *
+sampler_counters(void)
+{
+    return &S.counters;
+}
+
+void
+sampler_threads_by_source(uint64_t out[SAMPLER_SRC_COUNT])
+{
+    memcpy(out, S.armed, sizeof(S.armed));
+}
+
+uint32_t
+sampler_itimer_weight(void)
+{
+    return S.itimer_weight;
+}
+
+void
+sampler_mark_collector_thread(void)
+{
+    tls_is_collector = 1;
+}
+
+void
+sampler_set_thread_labels(uint32_t labels)
+{
+    tls_labels = labels;
+}
+
+uint32_t
+sampler_thread_labels(void)
+{
+    return tls_labels;
+}
+
+void
+sampler_set_thread_in_gc(int in_gc)
+{
+    tls_in_gc = (uint8_t)(in_gc != 0);
+}

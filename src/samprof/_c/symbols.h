@@ -1,0 +1,42 @@
+/* symbols: turns (code object, instruction offset) pairs from samples into
+ * profile location ids, and learns when code objects die.
+ *
+ * Caches are keyed by code object address, so an address reused by a new
+ * code object would be misnamed: every code object's death is reported
+ * (a code watcher on 3.12+, a tp_dealloc hook before) and its entries are
+ * dropped then, after the ring was drained of samples that point to it. */
+#ifndef SAMPROF_SYMBOLS_H
+#define SAMPROF_SYMBOLS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "htab.h"
+#include "profile.h"
+
+typedef struct {
+    profile_t *profile; /* where functions and locations are interned */
+    htab_t code_fn;     /* code address -> function id. GIL. */
+    htab_t code_loc;    /* (code address, offset) -> location id. GIL. */
+    char *cwd;          /* prefix for relative file names, malloc'ed */
+    size_t cwd_len;
+} symbols_t;
+
+/* Returns 0, or -1 when out of memory. Caller holds the GIL. */
+int symbols_init(symbols_t *s, profile_t *profile);
+void symbols_free(symbols_t *s);
+
+/* The location id for a frame, or 0 when out of memory (the frame is then
+ * shown as unknown by the caller). Caller holds the GIL; code is alive. */
+uint32_t symbols_location(symbols_t *s, PyObject *code, int32_t offset);
+
+/* Forgets everything cached about code, which is being destroyed.
+ * Returns 1 when something was cached. Caller holds the GIL. */
+int symbols_forget(symbols_t *s, PyObject *code);
+
+/* Calls on_death(code) under the GIL just before any code object is
+ * destroyed, until symbols_unwatch. Returns 0, or -1 with an exception. */
+int symbols_watch(void (*on_death)(PyObject *code));
+void symbols_unwatch(void);
+
+#endif
