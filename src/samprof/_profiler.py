@@ -105,7 +105,9 @@ class _Profiler:
         with _lock:
             if self._running:
                 raise ProfilerError("this profiler is already running; call stop() first")
-            _samprof.start(self._mode, self.hz, self.engine, self.signal, self.max_depth)
+            _samprof.start(
+                self._mode, self.hz, self.engine, self.signal, self.max_depth, __file__
+            )
             self._running = True
 
     def stop(self) -> bytes:

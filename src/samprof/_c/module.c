@@ -89,6 +89,9 @@ module_add_slot_unlocked(const ring_slot_t *slot)
     for (uint16_t i = 0; i < slot->depth; i++) {
         uint32_t loc = symbols_location(&M.symbols, slot->frames[i].code,
                                         slot->frames[i].offset);
+        if (loc == SYMBOLS_HIDDEN) {
+            continue;
+        }
         if (loc == 0) {
             M.unknown_frames++;
             loc = profile_pseudo(p, "<unknown>");
@@ -105,7 +108,7 @@ module_add_slot_unlocked(const ring_slot_t *slot)
     else if (slot->flags & RING_NO_PYTHON) {
         stack[n++] = profile_pseudo(p, "<native thread>");
     }
-    else if (slot->depth == 0 && !(slot->flags & RING_TRUNCATED)) {
+    else if (n == 0) {
         stack[n++] = profile_pseudo(p, "<no Python frames>");
     }
     /* A location id of 0 means the pseudo-frame itself could not be
@@ -334,8 +337,9 @@ module_start(PyObject *self, PyObject *args)
     (void)self;
     const char *mode, *engine;
     int hz, signum, max_depth;
-    if (!PyArg_ParseTuple(args, "sisii:start", &mode, &hz, &engine, &signum,
-                          &max_depth)) {
+    PyObject *hidden_file;
+    if (!PyArg_ParseTuple(args, "sisiiU:start", &mode, &hz, &engine, &signum,
+                          &max_depth, &hidden_file)) {
         return NULL;
     }
     if (M.running) {
@@ -393,7 +397,7 @@ module_start(PyObject *self, PyObject *args)
         M.stack = NULL;
         return PyErr_NoMemory();
     }
-    if (symbols_init(&M.symbols, &M.profile) < 0) {
+    if (symbols_init(&M.symbols, &M.profile, hidden_file) < 0) {
         profile_free(&M.profile);
         PyMem_RawFree(M.stack);
         M.stack = NULL;
@@ -717,9 +721,75 @@ module_atfork_child(void)
     }
 }
 
+/* Test hook: encodes a fabricated profile of n distinct stacks of the given
+ * depth, exercising the aggregate and the encoder without sampling. */
+static PyObject *
+module_encode_synthetic(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t n, depth;
+    if (!PyArg_ParseTuple(args, "nn:_encode_synthetic", &n, &depth)) {
+        return NULL;
+    }
+    if (n < 0 || depth < 1 || depth > 4096) {
+        PyErr_SetString(PyExc_ValueError, "bad size");
+        return NULL;
+    }
+    profile_t p;
+    pb_buf_t buf;
+    pb_init(&buf);
+    uint32_t *stack = PyMem_RawMalloc((size_t)depth * sizeof(uint32_t));
+    if (stack == NULL || profile_init(&p, (size_t)n + 1) < 0) {
+        PyMem_RawFree(stack);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    char name[64];
+    uint32_t file = profile_string(&p, "/synthetic.py", 13);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* Stack i: depth frames whose functions spell i in base 1000. */
+        Py_ssize_t x = i;
+        for (Py_ssize_t d = 0; d < depth; d++) {
+            int len = snprintf(name, sizeof(name), "fn_%d", (int)(x % 1000));
+            x /= 1000;
+            uint32_t fn = profile_function(
+                &p, profile_string(&p, name, (size_t)len), file, d + 1);
+            stack[d] = profile_location(&p, fn, d + 10);
+        }
+        (void)profile_thread(&p, 1);
+        if (profile_add(&p, stack, (uint32_t)depth, 1, 0, 0, 1, 1000000) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    pprof_meta_t meta = {.value_type = "cpu", .period_ns = 1000000};
+    if (pprof_encode(&p, &meta, &buf) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)buf.data,
+                                              (Py_ssize_t)buf.len);
+    if (raw != NULL) {
+        PyObject *gzip = PyImport_ImportModule("gzip");
+        if (gzip != NULL) {
+            result = PyObject_CallMethod(gzip, "compress", "O", raw);
+            Py_DECREF(gzip);
+        }
+        Py_DECREF(raw);
+    }
+done:
+    pb_free(&buf);
+    profile_free(&p);
+    PyMem_RawFree(stack);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_encode_synthetic", module_encode_synthetic, METH_VARARGS,
+     "_encode_synthetic(n, depth)\n--\n\n"
+     "Test hook: gzipped pprof of n fabricated distinct stacks."},
     {"start", module_start, METH_VARARGS,
-     "start(mode, hz, engine, signum, max_depth)\n--\n\n"
+     "start(mode, hz, engine, signum, max_depth, hidden_file)\n--\n\n"
      "Start sampling. Use samprof.CPUProfiler instead."},
     {"stop", module_stop, METH_NOARGS,
      "stop()\n--\n\nStop sampling; return (pprof bytes, stats dict)."},

@@ -55,7 +55,6 @@
 /* message Function */
 #define PPROF_FUNCTION_ID 1          /* uint64 */
 #define PPROF_FUNCTION_NAME 2        /* int64 (string id) */
-#define PPROF_FUNCTION_SYSTEM_NAME 3 /* int64 (string id) */
 #define PPROF_FUNCTION_FILENAME 4    /* int64 (string id) */
 #define PPROF_FUNCTION_START_LINE 5  /* int64 */
 
@@ -171,7 +170,8 @@ pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
         m = pb_begin(b, PPROF_PROFILE_FUNCTION);
         pb_uint64(b, PPROF_FUNCTION_ID, i + 1);
         pb_int64_opt(b, PPROF_FUNCTION_NAME, f->name);
-        pb_int64_opt(b, PPROF_FUNCTION_SYSTEM_NAME, f->name);
+        /* No system_name: pprof would take a name equal to it for a
+         * demangled C++ name and strip "<...>" from "<module>". */
         pb_int64_opt(b, PPROF_FUNCTION_FILENAME, f->filename);
         pb_int64_opt(b, PPROF_FUNCTION_START_LINE, f->start_line);
         pb_end(b, m);

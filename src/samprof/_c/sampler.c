@@ -8,7 +8,9 @@
  *   a thread are ignored, so no CPU time is counted twice (Go's rule).
  * - Timers are armed and disarmed only by the thread registry, under
  *   S.registry_lock, never in signal context. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
 #include "sampler.h"
 
 #include <dirent.h>

@@ -19,10 +19,12 @@ typedef struct {
 } symbols_loc_key_t;
 
 int
-symbols_init(symbols_t *s, profile_t *profile)
+symbols_init(symbols_t *s, profile_t *profile, PyObject *hidden_file)
 {
     memset(s, 0, sizeof(*s));
     s->profile = profile;
+    s->hidden_file = hidden_file;
+    Py_XINCREF(hidden_file);
     if (htab_init(&s->code_fn, 256) < 0 || htab_init(&s->code_loc, 1024) < 0) {
         symbols_free(s);
         return -1;
@@ -47,6 +49,7 @@ symbols_free(symbols_t *s)
     htab_free(&s->code_fn);
     htab_free(&s->code_loc);
     free(s->cwd);
+    Py_XDECREF(s->hidden_file);
     memset(s, 0, sizeof(*s));
 }
 
@@ -123,6 +126,13 @@ symbols_location(symbols_t *s, PyObject *code, int32_t offset)
     if (htab_get(&s->code_loc, &key, sizeof(key), &id)) {
         return (uint32_t)id;
     }
+    PyObject *file = ((PyCodeObject *)code)->co_filename;
+    if (s->hidden_file != NULL && file != NULL && PyUnicode_Check(file)
+        && PyUnicode_Compare(file, s->hidden_file) == 0) {
+        (void)htab_put(&s->code_loc, &key, sizeof(key), SYMBOLS_HIDDEN);
+        return SYMBOLS_HIDDEN;
+    }
+    PyErr_Clear();
     uint32_t fn = symbols_function(s, code);
     if (fn == 0) {
         return 0;

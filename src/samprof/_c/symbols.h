@@ -20,13 +20,21 @@ typedef struct {
     htab_t code_loc;    /* (code address, offset) -> location id. GIL. */
     char *cwd;          /* prefix for relative file names, malloc'ed */
     size_t cwd_len;
+    PyObject *hidden_file; /* frames from this file are samprof's own and
+                              are left out; strong reference or NULL */
 } symbols_t;
 
-/* Returns 0, or -1 when out of memory. Caller holds the GIL. */
-int symbols_init(symbols_t *s, profile_t *profile);
+/* symbols_location's answer for a frame that must not be shown. */
+#define SYMBOLS_HIDDEN UINT32_MAX
+
+/* hidden_file (may be NULL) names samprof's own Python module, whose
+ * frames (start, stop, __enter__...) never appear in profiles.
+ * Returns 0, or -1 when out of memory. Caller holds the GIL. */
+int symbols_init(symbols_t *s, profile_t *profile, PyObject *hidden_file);
 void symbols_free(symbols_t *s);
 
-/* The location id for a frame, or 0 when out of memory (the frame is then
+/* The location id for a frame, SYMBOLS_HIDDEN for samprof's own frames,
+ * or 0 when out of memory (the frame is then
  * shown as unknown by the caller). Caller holds the GIL; code is alive. */
 uint32_t symbols_location(symbols_t *s, PyObject *code, int32_t offset);
 

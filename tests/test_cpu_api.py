@@ -1,0 +1,139 @@
+"""The CPUProfiler API: lifecycle, errors, and what stop() restores."""
+
+from __future__ import annotations
+
+import gc
+import resource
+import signal
+import threading
+import time
+
+import pytest
+from conftest import SANITIZED, check_profile
+from workloads import burn_python_for
+
+import samprof
+from samprof import _samprof
+
+
+def test_profile_seconds_returns_gzipped_pprof():
+    data = samprof.CPUProfiler(hz=200).profile(0.2)
+    assert data[:2] == b"\x1f\x8b"
+    view = check_profile(data)
+    assert view.msg.duration_nanos >= 0.19e9
+    assert view.msg.time_nanos > 0
+
+
+def test_context_manager_and_stats():
+    with samprof.CPUProfiler(hz=500) as prof:
+        burn_python_for(0.2)
+    assert prof.result is not None and prof.stats is not None
+    assert prof.stats.engine in ("perf", "timer", "itimer")
+    assert prof.stats.samples > 0
+    assert any("engine=" + prof.stats.engine in c for c in check_profile(prof.result).comments)
+
+
+def test_one_profiler_at_a_time():
+    a = samprof.CPUProfiler()
+    b = samprof.CPUProfiler()
+    a.start()
+    try:
+        with pytest.raises(samprof.ProfilerError, match="already running"):
+            b.start()
+        with pytest.raises(samprof.ProfilerError, match="already running"):
+            a.start()
+    finally:
+        a.stop()
+    with pytest.raises(samprof.ProfilerError, match="not running"):
+        a.stop()
+
+
+@pytest.mark.parametrize("hz", [0, -5, 10**9, 1.5, float("nan"), "100", None])
+def test_bad_hz(hz):
+    with pytest.raises((ValueError, TypeError)):
+        samprof.CPUProfiler(hz=hz)
+
+
+def test_bad_seconds_and_engine():
+    with pytest.raises(ValueError):
+        samprof.CPUProfiler().profile(-1)
+    with pytest.raises(ValueError):
+        samprof.CPUProfiler(engine="bogus")
+    with pytest.raises(ValueError):
+        samprof.CPUProfiler(signal=signal.SIGSEGV).start()
+
+
+def test_signal_owned_by_someone_else_is_refused():
+    old = signal.signal(signal.SIGPROF, lambda *a: None)
+    try:
+        with pytest.raises(samprof.ProfilerError, match="SIGRTMIN"):
+            samprof.CPUProfiler().start()
+    finally:
+        signal.signal(signal.SIGPROF, old)
+    assert not _samprof.is_running()
+
+
+def test_other_signal_can_be_chosen():
+    sig = signal.SIGRTMIN + 3
+    with samprof.CPUProfiler(hz=1000, signal=sig) as prof:
+        burn_python_for(0.2)
+    assert prof.stats.samples > 50
+    assert signal.getsignal(sig) == signal.SIG_DFL
+
+
+def test_stop_restores_signal_and_timer():
+    before = signal.getsignal(signal.SIGPROF)
+    with samprof.CPUProfiler(hz=1000):
+        burn_python_for(0.05)
+    assert signal.getsignal(signal.SIGPROF) == before
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+    # No late SIGPROF kills the process after stop.
+    burn_python_for(0.1)
+
+
+def _rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def test_start_stop_many_times_with_thread_churn():
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            t = threading.Thread(target=burn_python_for, args=(0.001,))
+            t.start()
+            t.join()
+
+    churner = threading.Thread(target=churn, name="churner")
+    churner.start()
+    rounds = 200 if SANITIZED else 1000
+    try:
+        prof = samprof.CPUProfiler(hz=2000)
+        for i in range(rounds):
+            if i == 100:
+                gc.collect()
+                base = _rss_kib()
+            prof.start()
+            burn_python_for(0.0005)
+            prof.stop()
+        gc.collect()
+        grown = _rss_kib() - base
+    finally:
+        stop.set()
+        churner.join()
+    check_profile(prof.result, go=False)
+    assert grown < 8 * 1024, f"RSS grew by {grown} KiB over {rounds - 100} start/stop cycles"
+
+
+def test_encoding_100k_distinct_stacks_is_fast():
+    t0 = time.perf_counter()
+    data = _samprof._encode_synthetic(100_000, 20)
+    elapsed = time.perf_counter() - t0
+    view = check_profile(data, go=False)
+    assert len(view.msg.sample) == 100_000
+    limit = 5.0 if SANITIZED else 1.0
+    assert elapsed < limit, elapsed
