@@ -1,0 +1,230 @@
+# samprof: one documented command per task. `make` (or `make help`) lists them.
+#
+# Every target that runs tests builds and installs the package into a virtual
+# environment of its own, non-editable, so the tests import the installed
+# copy (src/ is never on sys.path). The C core is compiled with warnings as
+# errors everywhere (WERROR=0 to relax that locally).
+#
+# Knobs (override on the command line, e.g. `make test PYTHON=python3.12`):
+#   PYTHON        interpreter for demo, build, test, test-sanitize, bench, lint
+#   PY39 ... PY313  interpreters for test-all; by default the newest pyenv
+#                 CPython 3.X.Y under $(PYENV_ROOT)/versions, else python3.X
+#                 on PATH
+#   PYTEST_ARGS   extra pytest arguments, e.g. PYTEST_ARGS='-k heap -x'
+#   WERROR        1 (default): compile the C core with -Werror
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+# Builds share build/ and src/samprof.egg-info, and the accuracy tests
+# measure CPU time: targets must not run side by side.
+.NOTPARALLEL:
+
+PYTHON ?= python3
+PYENV_ROOT ?= $(HOME)/.pyenv
+PYTHON_VERSIONS := 3.9 3.10 3.11 3.12 3.13
+WERROR ?= 1
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+# Lint tools are pinned: a new release that adds a rule must not break CI.
+LINT_TOOLS ?= ruff==0.17.6
+CLANG_FORMAT ?= clang-format
+LINT_PATHS = $(wildcard src tests benchmarks demo)
+C_SOURCES = $(wildcard src/samprof/_c/*.c src/samprof/_c/*.h)
+
+PIP_INSTALL = python -m pip install --quiet --disable-pip-version-check --no-input
+PYTEST = pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+export SAMPROF_WERROR := $(WERROR)
+
+# $(call find_python,3.X): the newest pyenv CPython 3.X.Y (free-threaded
+# "3.X.Yt" builds excluded), else python3.X on PATH, else nothing.
+find_python = $(shell \
+    d=$$(ls -d $(PYENV_ROOT)/versions/$(1).* 2>/dev/null \
+         | grep -E '/$(subst .,\.,$(1))\.[0-9]+$$' | sort -V | tail -n 1); \
+    if [ -n "$$d" ] && [ -x "$$d/bin/python$(1)" ]; then \
+        echo "$$d/bin/python$(1)"; \
+    else \
+        command -v python$(1) || true; \
+    fi)
+$(foreach v,$(PYTHON_VERSIONS),\
+    $(eval PY$(subst .,,$(v)) ?= $(call find_python,$(v))))
+
+# $(call make_venv,DIR,PYTHON): create the virtual environment DIR unless it
+# exists (a half-made one is removed, so the next run starts over).
+define make_venv
+	@if [ ! -x $(1)/bin/python ]; then \
+	    py='$(2)'; \
+	    if [ -z "$$py" ]; then \
+	        echo "error: no interpreter for $(1); set PYTHON or PY3X" >&2; \
+	        exit 1; \
+	    fi; \
+	    echo "--- creating $(1) with $$py ($$($$py -V 2>&1))"; \
+	    $$py -m venv $(1) || { rm -rf $(1); exit 1; }; \
+	fi
+endef
+
+# $(call install_package,DIR,EXTRA[,ENV]): non-editable install of the
+# package (plus the optional dependencies EXTRA) into the virtual environment
+# DIR, building with the environment assignments ENV; then checks that DIR's
+# copy is the one `import samprof` finds from here.
+define install_package
+	@echo "--- installing samprof$(if $(2),[$(2)]) into $(1)"
+	$(3) $(1)/bin/$(PIP_INSTALL) '.$(if $(2),[$(2)])'
+	@origin=$$($(1)/bin/python -c \
+	    'import importlib.util as u; print(u.find_spec("samprof").origin)'); \
+	case "$$origin" in \
+	    "$(CURDIR)/$(1)/"*) ;; \
+	    *) echo "error: import samprof finds $$origin, not $(1)" >&2; \
+	       exit 1 ;; \
+	esac
+endef
+
+# $(call extension,DIR): path of the compiled core installed in DIR.
+extension = $$(ls $(1)/lib/python3*/site-packages/samprof/_samprof*.so)
+
+# $(call run_tests,DIR,PYTHON): install into DIR (made with PYTHON) and run
+# the whole suite there against an ordinary build.
+define run_tests
+	$(call make_venv,$(1),$(2))
+	$(call install_package,$(1),test)
+	@if ldd $(call extension,$(1)) | grep -q libasan; then \
+	    echo "error: $(1) holds a sanitizer build" >&2; exit 1; \
+	fi
+	@echo "--- pytest on $$($(1)/bin/python -V 2>&1)"
+	$(1)/bin/$(PYTEST)
+endef
+
+.PHONY: help
+help: ## List the targets.
+	@echo 'samprof make targets:'
+	@grep -E '^[a-z][a-z0-9.-]*:.*## ' $(MAKEFILE_LIST) \
+	    | sed -E 's/^([^:]*):.*## (.*)/\1|\2/' \
+	    | awk -F'|' '{ printf "  %-15s %s\n", $$1, $$2 }'
+	@echo '  test-3.X        tests on one Python of $(PYTHON_VERSIONS)'
+	@echo 'Interpreters for test-all:'
+	@$(foreach v,$(PYTHON_VERSIONS),\
+	    echo '  $(v): $(or $(PY$(subst .,,$(v))),not found)';)
+
+.PHONY: demo
+demo: ## Profile demo/demo.py and print its top functions (venv .venv).
+	$(call make_venv,.venv,$(PYTHON))
+	$(call install_package,.venv,)
+	.venv/bin/samprof record -o demo.pb.gz -- demo/demo.py
+	.venv/bin/samprof top demo.pb.gz
+
+.PHONY: build
+build: ## Build the C core in place (src/samprof), warnings as errors.
+	$(call make_venv,.venv,$(PYTHON))
+	.venv/bin/$(PIP_INSTALL) --upgrade setuptools
+	.venv/bin/python setup.py --quiet build_ext --inplace
+
+.PHONY: test
+test: ## Run the tests on the default python3 (PYTHON; venv .venv).
+	$(call run_tests,.venv,$(PYTHON))
+
+.PHONY: test-all
+test-all: $(addprefix test-,$(PYTHON_VERSIONS)) ## Run the tests on every supported Python (3.9-3.13).
+
+define python_version_rule
+.PHONY: test-$(1)
+test-$(1):
+	$$(call run_tests,.venv-$(1),$$(PY$(subst .,,$(1))))
+endef
+$(foreach v,$(PYTHON_VERSIONS),$(eval $(call python_version_rule,$(v))))
+
+# A stock (uninstrumented) python loading an ASan-instrumented module needs
+# the ASan runtime first in the library list, hence LD_PRELOAD. The UBSan
+# runtime needs no preload: the module's own DT_NEEDED entry loads it. The
+# preloaded library is the one the module was linked against (ldd), so the
+# runtime always matches the compiler that built it. PYTHONMALLOC=malloc lets
+# ASan see every Python allocation; Python's own leaks at exit are not ours
+# (detect_leaks=0). The build aborts on the first UB report
+# (-fno-sanitize-recover), so a report fails the test run.
+# SAMPROF_SANITIZED=1 tells tests that depend on timing (accuracy, overhead)
+# that they run instrumented.
+.PHONY: test-sanitize
+test-sanitize: ## Run the tests against an ASan+UBSan build (venv .venv-asan).
+	$(call make_venv,.venv-asan,$(PYTHON))
+	$(call install_package,.venv-asan,test,SAMPROF_SANITIZE=1)
+	@ext=$(call extension,.venv-asan); \
+	asan=$$(ldd "$$ext" | awk '/libasan/ { print $$3 }'); \
+	if [ ! -f "$$asan" ]; then \
+	    echo "error: $$ext is not linked against libasan" >&2; exit 1; \
+	fi; \
+	echo "--- pytest on $$(.venv-asan/bin/python -V 2>&1), LD_PRELOAD=$$asan"; \
+	set -x; \
+	LD_PRELOAD="$$asan" \
+	PYTHONMALLOC=malloc \
+	ASAN_OPTIONS=detect_leaks=0 \
+	UBSAN_OPTIONS=print_stacktrace=1 \
+	SAMPROF_SANITIZED=1 \
+	.venv-asan/bin/$(PYTEST)
+
+.PHONY: bench
+bench: ## Run the benchmarks (python -m benchmarks, venv .venv).
+	$(call make_venv,.venv,$(PYTHON))
+	$(call install_package,.venv,)
+	.venv/bin/python -m benchmarks $(BENCH_ARGS)
+
+.PHONY: lint
+lint: ## ruff check + ruff format --check; clang-format on the C if installed.
+	$(call make_venv,.venv-lint,$(PYTHON))
+	.venv-lint/bin/$(PIP_INSTALL) $(LINT_TOOLS)
+	.venv-lint/bin/ruff check $(LINT_PATHS)
+	.venv-lint/bin/ruff format --check $(LINT_PATHS)
+	@if command -v $(CLANG_FORMAT) >/dev/null 2>&1; then \
+	    echo "$(CLANG_FORMAT) --dry-run -Werror src/samprof/_c/*.[ch]"; \
+	    $(CLANG_FORMAT) --dry-run -Werror $(C_SOURCES); \
+	else \
+	    echo "note: $(CLANG_FORMAT) not installed; C layout not checked"; \
+	fi
+
+.PHONY: format
+format: ## Rewrite Python (ruff format) and C (clang-format) in place.
+	$(call make_venv,.venv-lint,$(PYTHON))
+	.venv-lint/bin/$(PIP_INSTALL) $(LINT_TOOLS)
+	.venv-lint/bin/ruff format $(LINT_PATHS)
+	@if command -v $(CLANG_FORMAT) >/dev/null 2>&1; then \
+	    echo "$(CLANG_FORMAT) -i src/samprof/_c/*.[ch]"; \
+	    $(CLANG_FORMAT) -i $(C_SOURCES); \
+	else \
+	    echo "note: $(CLANG_FORMAT) not installed; C left as it is"; \
+	fi
+
+.PHONY: deps
+deps: ## Install missing system tools (Go, for `go tool pprof`) with apt.
+	@missing=; \
+	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
+	$(PYTHON) -c 'import ensurepip' 2>/dev/null \
+	    || missing="$$missing python3-venv"; \
+	$(PYTHON) -c 'import os, sysconfig; \
+	    inc = sysconfig.get_paths()["include"]; \
+	    assert os.path.exists(os.path.join(inc, "Python.h"))' 2>/dev/null \
+	    || missing="$$missing python3-dev"; \
+	if [ -z "$$missing" ]; then \
+	    echo "deps: nothing to install ($$(go version))"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "deps: apt-get install$$missing"; \
+	    apt-get update -qq; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing \
+	        >/dev/null; \
+	    go version; \
+	else \
+	    echo "deps: missing$$missing; install them (tests that read" \
+	         "profiles with go tool pprof fail without Go)" >&2; \
+	fi
+
+# THE test command (README, .ci/run): every stage CI runs, in order
+# (test-all spelled out, so .ci/run times each Python).
+CHECK_STAGES := deps lint $(addprefix test-,$(PYTHON_VERSIONS)) test-sanitize
+.PHONY: check
+check: $(CHECK_STAGES) ## Everything CI runs: deps, lint, test-all, test-sanitize.
+
+.PHONY: print-check-stages
+print-check-stages:
+	@echo $(CHECK_STAGES)
+
+.PHONY: clean
+clean: ## Remove virtual environments, build outputs and demo.pb.gz.
+	rm -rf .venv .venv-* build dist src/samprof.egg-info demo.pb.gz
+	rm -f src/samprof/_samprof*.so

@@ -1,0 +1,415 @@
+"""The ``samprof`` command line.
+
+::
+
+    samprof record [--hz N] [-o FILE] [--] script.py [args ...]
+    samprof record [--hz N] [-o FILE] -m module [args ...]
+    samprof top FILE [-n N] [--sample-type TYPE]
+
+``record`` runs a program the way ``python`` would run it (same ``sys.argv``,
+``__main__``, ``sys.path[0]``, exit status, stdin and stdout) while profiling
+it, and writes the profile when the program ends. Everything after the script
+or module name belongs to the program. samprof itself writes only to stderr.
+
+``top`` prints the functions that used the most, like ``go tool pprof -top``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import importlib.machinery
+import importlib.util
+import io
+import os
+import runpy
+import sys
+import types
+import zipfile
+from types import TracebackType
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from samprof.pprof import PprofError, Profile
+from samprof.report import top
+
+__all__ = ["main"]
+
+_PROG = "samprof"
+_ENGINES = ("auto", "perf", "timer", "itimer")
+_MODES = ("cpu",)
+
+# Options of `record` that take a value. The record command line is split at
+# the first argument that is none of these (or at "--"), so that everything
+# from the script name on reaches the program untouched.
+_RECORD_VALUE_OPTIONS = ("--hz", "--mode", "--engine", "-o", "--output", "-m")
+
+# Frames of these files sit below the program's own frames; they are cut from
+# the traceback of an exception the program does not handle, as python shows
+# only the program's frames. These are code file names, not module paths:
+# runpy is a frozen module ("<frozen runpy>") on 3.11+.
+_RUNNER_FILES = frozenset([__file__, runpy.run_path.__code__.co_filename])
+
+
+def _profiler_class(mode: str) -> Callable[..., Any]:
+    """The profiler class for a ``--mode`` value."""
+    import samprof
+
+    classes: Dict[str, Callable[..., Any]] = {"cpu": samprof.CPUProfiler}
+    if hasattr(samprof, "WallProfiler"):
+        classes["wall"] = samprof.WallProfiler
+    return classes[mode]
+
+
+def _available_modes() -> Tuple[str, ...]:
+    import samprof
+
+    return _MODES + (("wall",) if hasattr(samprof, "WallProfiler") else ())
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The samprof parser and its ``record`` subparser."""
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="A sampling profiler for Python that writes pprof.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    record = commands.add_parser(
+        "record",
+        help="run a Python program under the profiler",
+        usage=(
+            f"{_PROG} record [options] [--] script.py [args ...]\n"
+            f"       {_PROG} record [options] -m module [args ...]"
+        ),
+        description=(
+            "Run a Python script or module as python would, profiling it, and write "
+            "the profile (gzipped pprof) when it ends. Arguments after the script "
+            "or module name are passed to it."
+        ),
+        allow_abbrev=False,
+    )
+    record.add_argument(
+        "--hz", type=_positive_int, default=100, help="samples per CPU-second (default 100)"
+    )
+    record.add_argument("--mode", default="cpu", help="what to profile: cpu (default cpu)")
+    record.add_argument(
+        "--engine",
+        choices=_ENGINES,
+        default="auto",
+        help="timer engine (default auto: perf events, else timers)",
+    )
+    record.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="where to write the profile (default samprof.<name>.<mode>.pb.gz)",
+    )
+    record.add_argument("-m", dest="module", metavar="module", help="run a library module")
+
+    show = commands.add_parser(
+        "top",
+        help="show the functions that used the most",
+        description="Print the top functions of a profile, like go tool pprof -top.",
+    )
+    show.add_argument("file", metavar="FILE", help="a pprof profile (gzipped or not)")
+    show.add_argument(
+        "-n", type=_positive_int, default=20, help="how many functions to show (default 20)"
+    )
+    show.add_argument(
+        "--sample-type",
+        metavar="TYPE",
+        help="sample type to report, e.g. cpu or samples (default: the profile's default)",
+    )
+    return parser, record
+
+
+def _split_record_args(args: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Split ``record``'s arguments into samprof's options and the target's
+    command line (script and its arguments, or the module's arguments)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return list(args[:i]), list(args[i + 1 :])
+        if arg == "-m":
+            return list(args[: i + 2]), list(args[i + 2 :])
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return list(args[: i + 1]), list(args[i + 1 :])
+        if not arg.startswith("-") or arg == "-":
+            return list(args[:i]), list(args[i:])
+        if arg in _RECORD_VALUE_OPTIONS:
+            i += 1
+        i += 1
+    return list(args), []
+
+
+def _error(message: str) -> int:
+    print(f"{_PROG}: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _default_output(script: Optional[str], module: Optional[str], mode: str) -> str:
+    if module is not None:
+        name = module
+    else:
+        assert script is not None
+        name = os.path.splitext(os.path.basename(os.path.normpath(script)))[0] or "profile"
+    return f"samprof.{name}.{mode}.pb.gz"
+
+
+def _strip_runner_frames(tb: Optional[TracebackType]) -> Optional[TracebackType]:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _RUNNER_FILES:
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_status(code: object) -> int:
+    """The exit status python gives ``raise SystemExit(code)``: None is 0, an
+    int is itself, anything else is printed to stderr and gives 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _is_zipfile(path: str) -> bool:
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def _is_main_container(script: str) -> bool:
+    """True for a directory or zip file that python runs by its __main__.py."""
+    return os.path.isdir(script) or (os.path.isfile(script) and _is_zipfile(script))
+
+
+def _main_container_spec(script: str) -> Optional[importlib.machinery.ModuleSpec]:
+    """The spec of the __main__ module inside a directory or zip file."""
+    return importlib.machinery.PathFinder.find_spec("__main__", [os.path.abspath(script)])
+
+
+def _set_sys_path(script: Optional[str], module: Optional[str]) -> None:
+    """Make sys.path[0] what python makes it for the target (in place of
+    samprof's own entry)."""
+    if module is not None:
+        sys.path[0] = os.getcwd()
+    elif script is not None and _is_main_container(script):
+        sys.path[0] = os.path.abspath(script)
+    elif script is not None:
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+
+
+def _check_target(script: Optional[str], module: Optional[str]) -> Optional[Tuple[str, int]]:
+    """An (error message, exit status) if the target cannot be run, as
+    python reports it; None if it can. Call after _set_sys_path."""
+    if module is not None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        return None if found else (f"No module named {module}", 1)
+    assert script is not None
+    if not os.path.exists(script):
+        return f"can't open file {script!r}: No such file or directory", 2
+    if _is_main_container(script) and _main_container_spec(script) is None:
+        return f"can't find '__main__' module in {script!r}", 1
+    return None
+
+
+def _exec_as_main(code: types.CodeType, **attributes: Any) -> None:
+    """Execute ``code`` in a fresh ``__main__`` module with these attributes.
+
+    Like python's own __main__, the module stays in sys.modules after the
+    code returns, for atexit handlers and threads that still use it.
+    """
+    module = types.ModuleType("__main__")
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    for name, value in attributes.items():
+        setattr(module, name, value)
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+def _run_script(script: str) -> None:
+    """Run a script, a directory or a zip file as python runs it.
+
+    Not runpy.run_path: that sets sys.argv[0] to the path it is given and
+    gives __main__ that path as __file__, while python (3.9+) keeps
+    sys.argv[0] as typed and makes __file__ (and the code's file name, which
+    tracebacks show) absolute.
+    """
+    if _is_main_container(script):
+        spec = _main_container_spec(script)
+        assert spec is not None and spec.loader is not None  # checked by _check_target
+        code = spec.loader.get_code("__main__")  # type: ignore[attr-defined]
+        _exec_as_main(
+            code,
+            __file__=spec.origin,
+            __cached__=spec.cached,
+            __loader__=spec.loader,
+            __spec__=spec,
+            __package__="",
+        )
+        return
+    filename = os.path.abspath(script)
+    loader: Any
+    if filename.endswith(".pyc"):
+        loader = importlib.machinery.SourcelessFileLoader("__main__", filename)
+        code = loader.get_code("__main__")
+    else:
+        loader = importlib.machinery.SourceFileLoader("__main__", filename)
+        with io.open_code(filename) as f:
+            source = f.read()
+        code = compile(source, filename, "exec", dont_inherit=True)
+    _exec_as_main(code, __file__=filename, __cached__=None, __loader__=loader)
+
+
+def _run_as_main(script: Optional[str], module: Optional[str], argv: List[str]) -> int:
+    """Run the script or module as ``__main__`` with ``argv`` as its
+    arguments and return the exit status python would give it.
+
+    An exception the program does not handle goes to sys.excepthook (which
+    prints it) with samprof's and runpy's frames cut off.
+    """
+    try:
+        if module is not None:
+            # runpy replaces sys.argv[0] with the module's file, as python -m.
+            sys.argv = ["-m", *argv]
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            assert script is not None
+            sys.argv = [script, *argv]
+            _run_script(script)
+    except SystemExit as e:
+        return _exit_status(e.code)
+    except BaseException as e:
+        # The default hook prints e.__traceback__ whatever it is passed.
+        tb = _strip_runner_frames(e.__traceback__)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        # python dies of the SIGINT itself; 130 is what a shell shows then.
+        return 130 if isinstance(e, KeyboardInterrupt) else 1
+    return 0
+
+
+def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]) -> int:
+    if opts.module is not None:
+        script, module, target_argv = None, opts.module, rest
+    elif rest:
+        script, module, target_argv = rest[0], None, rest[1:]
+    else:
+        parser.error("a script or -m module is required")
+    if opts.mode not in _available_modes():
+        parser.error(
+            f"argument --mode: invalid choice: {opts.mode!r} "
+            f"(choose from {', '.join(_available_modes())})"
+        )
+    try:
+        profiler = _profiler_class(opts.mode)(opts.hz, engine=opts.engine)
+    except (TypeError, ValueError) as e:
+        parser.error(str(e))
+
+    output = opts.output or _default_output(script, module, opts.mode)
+    # The program may change directory; the profile goes where the user meant.
+    output_path = os.path.abspath(output)
+    output_dir = os.path.dirname(output_path)
+    if not os.path.isdir(output_dir):
+        return _error(f"cannot write {output}: directory {output_dir} does not exist")
+    _set_sys_path(script, module)
+    problem = _check_target(script, module)
+    if problem is not None:
+        message, status = problem
+        _error(message)
+        return status
+
+    import samprof
+
+    try:
+        profiler.start()
+    except samprof.ProfilerError as e:
+        return _error(f"cannot start the profiler: {e}")
+    data: Optional[bytes] = None
+    try:
+        status = _run_as_main(script, module, target_argv)
+    finally:
+        try:
+            data = profiler.stop()
+        except samprof.ProfilerError as e:
+            _error(f"cannot stop the profiler: {e}")
+    if data is None:
+        return status or 1
+
+    try:
+        with open(output_path, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        _error(f"cannot write {output}: {e.strerror or e}")
+        return status or 1
+    stats = profiler.stats
+    summary = f"{stats.samples} samples" if stats is not None else "profile"
+    if stats is not None:
+        summary += f", engine {stats.engine} at {stats.effective_hz:.0f} Hz"
+        dropped = sum(stats.dropped.values())
+        if dropped:
+            summary += f", {dropped} dropped"
+    print(f"{_PROG}: wrote {output} ({summary})", file=sys.stderr)
+    return status
+
+
+def _top(opts: argparse.Namespace) -> int:
+    try:
+        with open(opts.file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return _error(f"cannot read {opts.file}: {e.strerror or e}")
+    try:
+        profile = Profile.parse(data)
+    except PprofError as e:
+        return _error(f"{opts.file} is not a valid pprof profile: {e}")
+    try:
+        text = top(profile, n=opts.n, sample_type=opts.sample_type)
+    except ValueError as e:
+        return _error(str(e))
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `samprof top FILE | head`: the reader left; say nothing more, and
+        # keep python from complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the samprof command line with ``argv`` (default ``sys.argv[1:]``)
+    and return the exit status. Usage errors exit with status 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser, record_parser = _build_parser()
+    rest: List[str] = []
+    if args and args[0] == "record":
+        options, rest = _split_record_args(args[1:])
+        args = ["record", *options]
+    opts = parser.parse_args(args)
+    if opts.command == "record":
+        return _record(record_parser, opts, rest)
+    return _top(opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
