@@ -341,6 +341,25 @@ def test_record_output_path_survives_chdir(tmp_path: Path) -> None:
     assert not (tmp_path / "elsewhere" / "p.pb.gz").exists()
 
 
+def test_record_forked_child_leaves_the_profile_to_the_parent(tmp_path: Path) -> None:
+    write(
+        tmp_path / "prog.py",
+        """
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(7)
+        _, status = os.waitpid(pid, 0)
+        print(os.WEXITSTATUS(status))
+        """,
+    )
+    r = run_samprof(["record", "-o", "p.pb.gz", "prog.py"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"7\n"
+    assert r.stderr.count(b"samprof: wrote p.pb.gz") == 1, r.stderr
+    Profile.parse((tmp_path / "p.pb.gz").read_bytes())
+
+
 def test_record_missing_targets(tmp_path: Path) -> None:
     r = run_samprof(["record", "nope.py"], cwd=tmp_path)
     assert r.returncode == 2

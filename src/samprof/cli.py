@@ -26,7 +26,6 @@ import runpy
 import sys
 import types
 import zipfile
-from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from samprof.pprof import PprofError, Profile
@@ -36,7 +35,9 @@ __all__ = ["main"]
 
 _PROG = "samprof"
 _ENGINES = ("auto", "perf", "timer", "itimer")
-_MODES = ("cpu",)
+# The profiler class of each --mode, by its name in the samprof package. A
+# mode is offered when the package has its class.
+_MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler"}
 
 # Options of `record` that take a value. The record command line is split at
 # the first argument that is none of these (or at "--"), so that everything
@@ -50,20 +51,15 @@ _RECORD_VALUE_OPTIONS = ("--hz", "--mode", "--engine", "-o", "--output", "-m")
 _RUNNER_FILES = frozenset([__file__, runpy.run_path.__code__.co_filename])
 
 
-def _profiler_class(mode: str) -> Callable[..., Any]:
-    """The profiler class for a ``--mode`` value."""
+def _profiler_classes() -> Dict[str, Callable[..., Any]]:
+    """The profiler class of each --mode this samprof has."""
     import samprof
 
-    classes: Dict[str, Callable[..., Any]] = {"cpu": samprof.CPUProfiler}
-    if hasattr(samprof, "WallProfiler"):
-        classes["wall"] = samprof.WallProfiler
-    return classes[mode]
-
-
-def _available_modes() -> Tuple[str, ...]:
-    import samprof
-
-    return _MODES + (("wall",) if hasattr(samprof, "WallProfiler") else ())
+    return {
+        mode: getattr(samprof, name)
+        for mode, name in _MODE_CLASSES.items()
+        if hasattr(samprof, name)
+    }
 
 
 def _positive_int(text: str) -> int:
@@ -102,7 +98,9 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     record.add_argument(
         "--hz", type=_positive_int, default=100, help="samples per CPU-second (default 100)"
     )
-    record.add_argument("--mode", default="cpu", help="what to profile: cpu (default cpu)")
+    record.add_argument(
+        "--mode", default="cpu", help="what to profile: cpu, or wall where available (default cpu)"
+    )
     record.add_argument(
         "--engine",
         choices=_ENGINES,
@@ -168,7 +166,7 @@ def _default_output(script: Optional[str], module: Optional[str], mode: str) -> 
     return f"samprof.{name}.{mode}.pb.gz"
 
 
-def _strip_runner_frames(tb: Optional[TracebackType]) -> Optional[TracebackType]:
+def _strip_runner_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
     while tb is not None and tb.tb_frame.f_code.co_filename in _RUNNER_FILES:
         tb = tb.tb_next
     return tb
@@ -312,13 +310,13 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         script, module, target_argv = rest[0], None, rest[1:]
     else:
         parser.error("a script or -m module is required")
-    if opts.mode not in _available_modes():
+    classes = _profiler_classes()
+    if opts.mode not in classes:
         parser.error(
-            f"argument --mode: invalid choice: {opts.mode!r} "
-            f"(choose from {', '.join(_available_modes())})"
+            f"argument --mode: invalid choice: {opts.mode!r} (choose from {', '.join(classes)})"
         )
     try:
-        profiler = _profiler_class(opts.mode)(opts.hz, engine=opts.engine)
+        profiler = classes[opts.mode](opts.hz, engine=opts.engine)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
 
@@ -341,14 +339,20 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         profiler.start()
     except samprof.ProfilerError as e:
         return _error(f"cannot start the profiler: {e}")
+    pid = os.getpid()
     data: Optional[bytes] = None
     try:
         status = _run_as_main(script, module, target_argv)
     finally:
-        try:
-            data = profiler.stop()
-        except samprof.ProfilerError as e:
-            _error(f"cannot stop the profiler: {e}")
+        # A child the program forked and ended with sys.exit() comes back
+        # here too; the profile is the parent's to write.
+        if os.getpid() == pid:
+            try:
+                data = profiler.stop()
+            except samprof.ProfilerError as e:
+                _error(f"cannot stop the profiler: {e}")
+    if os.getpid() != pid:
+        return status
     if data is None:
         return status or 1
 
@@ -359,12 +363,11 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         _error(f"cannot write {output}: {e.strerror or e}")
         return status or 1
     stats = profiler.stats
-    summary = f"{stats.samples} samples" if stats is not None else "profile"
-    if stats is not None:
-        summary += f", engine {stats.engine} at {stats.effective_hz:.0f} Hz"
-        dropped = sum(stats.dropped.values())
-        if dropped:
-            summary += f", {dropped} dropped"
+    assert stats is not None  # set by stop()
+    summary = f"{stats.samples} samples, engine {stats.engine} at {stats.effective_hz:.0f} Hz"
+    dropped = [f"{reason}={n}" for reason, n in stats.dropped.items() if n]
+    if dropped:
+        summary += ", dropped " + " ".join(dropped)
     print(f"{_PROG}: wrote {output} ({summary})", file=sys.stderr)
     return status
 
