@@ -14,7 +14,15 @@ process and read it with ``go tool pprof`` or ``samprof top``::
     open("cpu.pb.gz", "wb").write(prof.result)
 """
 
-from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats
+from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
+from samprof.labels import labels
 
-__all__ = ["CPUProfiler", "ProfilerError", "ProfileStats", "__version__"]
+__all__ = [
+    "CPUProfiler",
+    "ProfileStats",
+    "ProfilerError",
+    "WallProfiler",
+    "labels",
+    "__version__",
+]
 __version__ = "0.1.0"

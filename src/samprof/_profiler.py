@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import gzip
 import math
+import os
 import numbers
 import signal as _signal
 import threading
@@ -21,6 +24,17 @@ _MAX_HZ = 100_000
 # The core handles one profile at a time; this lock makes start/stop from
 # several Python threads well ordered.
 _lock = threading.Lock()
+# The profiler object that is running, if any: stopped at interpreter exit,
+# and marked stopped in a forked child.
+_active: Optional["_Profiler"] = None
+# Files whose frames are samprof's own and never shown. The CLI adds its
+# runner. Absolute paths, as in code objects.
+_hidden_files = {os.path.abspath(__file__)}
+
+
+def _hide_file(path: str) -> None:
+    """Never show frames from ``path`` (samprof's own modules)."""
+    _hidden_files.add(path if path.startswith("<") else os.path.abspath(path))
 
 
 @dataclass(frozen=True)
@@ -100,22 +114,37 @@ class _Profiler:
         self.stats: Optional[ProfileStats] = None
 
     def start(self) -> None:
-        """Start sampling. Raises ProfilerError if a profile of the same
-        kind is already running in this process or the signal is taken."""
+        """Start sampling. Raises ProfilerError if a profile is already
+        running in this process or the signal is taken."""
+        global _active
         with _lock:
             if self._running:
                 raise ProfilerError("this profiler is already running; call stop() first")
             _samprof.start(
-                self._mode, self.hz, self.engine, self.signal, self.max_depth, __file__
+                self._mode,
+                self.hz,
+                self.engine,
+                self.signal,
+                self.max_depth,
+                tuple(_hidden_files),
             )
             self._running = True
+            _active = self
+            if _samprof.gc_callback not in gc.callbacks:
+                gc.callbacks.append(_samprof.gc_callback)
 
     def stop(self) -> bytes:
         """Stop sampling and return the profile as gzipped pprof bytes."""
+        global _active
         with _lock:
             if not self._running:
                 raise ProfilerError("stop() called on a profiler that is not running")
             self._running = False
+            _active = None
+            try:
+                gc.callbacks.remove(_samprof.gc_callback)
+            except ValueError:
+                pass
             raw, stats = _samprof.stop()
         self.stats = ProfileStats._from_core(stats)
         self.result = gzip.compress(raw, compresslevel=6, mtime=0)
@@ -156,6 +185,37 @@ class _Profiler:
             self.stop()
 
 
+def _stop_at_exit() -> None:
+    # The collector and the wall sampler take the GIL; they must be gone
+    # before the interpreter finalizes. The profile is discarded.
+    prof = _active
+    if prof is not None and prof._running:
+        try:
+            prof.stop()
+        except Exception:
+            pass
+
+
+def _after_fork_in_child() -> None:
+    # Profiling is off in a forked child (the C atfork handler stopped it);
+    # the parent's profile stays with the parent. Start a new profiler in
+    # the child to profile it.
+    global _active, _lock
+    _lock = threading.Lock()
+    if _active is not None:
+        _active._running = False
+        _active = None
+    try:
+        gc.callbacks.remove(_samprof.gc_callback)
+    except ValueError:
+        pass
+    _samprof._after_fork_child()
+
+
+atexit.register(_stop_at_exit)
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class CPUProfiler(_Profiler):
     """Samples the CPU time of every thread of the process.
 
@@ -180,3 +240,29 @@ class CPUProfiler(_Profiler):
     """
 
     _mode = "cpu"
+
+
+class WallProfiler(_Profiler):
+    """Samples every Python thread at the rate, whatever it is doing.
+
+    Running Python, running C code with the GIL released, blocked in I/O,
+    sleeping, waiting on a lock or for the GIL: each Python thread gets
+    ``hz`` samples per second of wall time, with sample types
+    ``samples/count`` and ``wall/nanoseconds``. Each sample carries the
+    label ``thread_state`` = ``on-cpu`` or ``off-cpu`` (whether the thread
+    used CPU during the interval), so one profile answers both "where does
+    time go" and "where do we wait"::
+
+        with samprof.WallProfiler(hz=100) as prof:
+            serve_for_a_while()
+        open("wall.pb.gz", "wb").write(prof.result)
+        # go tool pprof -tagfocus thread_state=off-cpu wall.pb.gz
+
+    No signal is sent to any thread, so no blocking call is interrupted:
+    a sampler thread takes the GIL at each tick (when every other thread
+    is detached and cannot change its stack) and reads each thread's
+    frames. The ``engine`` and ``signal`` arguments are accepted for
+    symmetry with CPUProfiler and ignored.
+    """
+
+    _mode = "wall"

@@ -319,6 +319,12 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         profiler = classes[opts.mode](opts.hz, engine=opts.engine)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
+    # The runner's frames sit at the root of every stack of the program;
+    # they are samprof's, not the program's.
+    from samprof._profiler import _hide_file
+
+    for name in _RUNNER_FILES:
+        _hide_file(name)
 
     output = opts.output or _default_output(script, module, opts.mode)
     # The program may change directory; the profile goes where the user meant.

@@ -127,12 +127,16 @@ symbols_location(symbols_t *s, PyObject *code, int32_t offset)
         return (uint32_t)id;
     }
     PyObject *file = ((PyCodeObject *)code)->co_filename;
-    if (s->hidden_file != NULL && file != NULL && PyUnicode_Check(file)
-        && PyUnicode_Compare(file, s->hidden_file) == 0) {
-        (void)htab_put(&s->code_loc, &key, sizeof(key), SYMBOLS_HIDDEN);
-        return SYMBOLS_HIDDEN;
+    if (s->hidden_file != NULL && file != NULL && PyUnicode_Check(file)) {
+        int hidden = PySequence_Contains(s->hidden_file, file);
+        if (hidden < 0) {
+            PyErr_Clear();
+        }
+        else if (hidden) {
+            (void)htab_put(&s->code_loc, &key, sizeof(key), SYMBOLS_HIDDEN);
+            return SYMBOLS_HIDDEN;
+        }
     }
-    PyErr_Clear();
     uint32_t fn = symbols_function(s, code);
     if (fn == 0) {
         return 0;

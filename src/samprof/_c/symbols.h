@@ -20,15 +20,16 @@ typedef struct {
     htab_t code_loc;    /* (code address, offset) -> location id. GIL. */
     char *cwd;          /* prefix for relative file names, malloc'ed */
     size_t cwd_len;
-    PyObject *hidden_file; /* frames from this file are samprof's own and
-                              are left out; strong reference or NULL */
+    PyObject *hidden_file; /* tuple of file names whose frames are
+                              samprof's own and are left out; strong
+                              reference or NULL */
 } symbols_t;
 
 /* symbols_location's answer for a frame that must not be shown. */
 #define SYMBOLS_HIDDEN UINT32_MAX
 
-/* hidden_file (may be NULL) names samprof's own Python module, whose
- * frames (start, stop, __enter__...) never appear in profiles.
+/* hidden_file (a tuple of str, or NULL) names samprof's own Python
+ * modules, whose frames (start, stop, the CLI runner...) never appear.
  * Returns 0, or -1 when out of memory. Caller holds the GIL. */
 int symbols_init(symbols_t *s, profile_t *profile, PyObject *hidden_file);
 void symbols_free(symbols_t *s);

@@ -1,0 +1,475 @@
+/* wall: the wall-clock sampler thread.
+ *
+ * Invariants:
+ * - Thread states and frames are read only while this thread holds the
+ *   GIL. A thread must hold the GIL to push or pop a Python frame or to
+ *   delete its thread state, so none of what we read can change or be
+ *   freed under us, whatever the thread is doing in C or in the kernel.
+ * - A thread's cached stack is location ids, not code pointers: it stays
+ *   valid after the code objects die.
+ * - The only state touched without the GIL is W.stop (under W.lock) and
+ *   the atomics W.gc_active and W.skipped_ticks. */
+#include "wall.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collect.h"
+#include "frames.h"
+#include "htab.h"
+#include "ring.h"
+
+typedef struct {
+    PyThreadState *ts;   /* identity, with ident */
+    unsigned long ident; /* pthread_t of the thread */
+    int32_t tid;         /* native thread id */
+    int64_t last_cpu;    /* thread CPU at the previous tick, -1 unknown */
+    int64_t walked_cpu;  /* thread CPU when `stack` was read, -1 never */
+    int64_t gc_ns;       /* wall time already charged to <gc> */
+    uint64_t seen;       /* tick generation that last saw it */
+    uint32_t depth;      /* location ids in stack */
+    uint32_t *stack;     /* cached stack, max_depth + 8 ids */
+} wall_thread_t;
+
+typedef struct {
+    uint64_t period_ns;
+    uint32_t max_depth;
+    PyObject *labels_key;      /* borrowed */
+    pthread_t thread;
+    int running;               /* GIL */
+    PyThreadState *self_ts;    /* the sampler's own thread state */
+
+    pthread_mutex_t lock;      /* protects stop */
+    pthread_cond_t cond;       /* signalled by wall_stop */
+    int stop;
+
+    /* Sampled threads. GIL. */
+    wall_thread_t *threads;
+    size_t n_threads, cap_threads;
+    htab_t index;              /* (ts, ident) -> index */
+    uint64_t generation;
+    ring_frame_t *frames;      /* scratch for frames_walk, max_depth */
+
+    /* GC in progress. gc_active is read by the sampler without the GIL to
+     * skip a tick instead of waiting the whole collection for the GIL. */
+    _Atomic int gc_active;
+    _Atomic uint64_t skipped_ticks;
+    PyThreadState *gc_ts;      /* GIL */
+    int64_t gc_start_ns;       /* GIL */
+    uint32_t gc_depth;         /* GIL */
+    uint32_t *gc_stack;        /* stack at GC start with <gc> on top. GIL */
+
+    wall_stats_t stats;        /* GIL */
+} wall_state_t;
+
+/* Global: the GC callbacks reach it without context. */
+static wall_state_t W = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int64_t
+wall_now_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* CPU time of the thread with this pthread id, or -1. The thread is alive:
+ * its thread state is in the interpreter's list and we hold the GIL. */
+static int64_t
+wall_thread_cpu(unsigned long ident)
+{
+    clockid_t clock;
+    if (pthread_getcpuclockid((pthread_t)ident, &clock) != 0) {
+        return -1;
+    }
+    return wall_now_ns(clock);
+}
+
+static int32_t
+wall_native_id(PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    return (int32_t)ts->native_thread_id;
+#else
+    /* 3.9 and 3.10 keep no native id in the thread state; threading's
+     * Thread object knows it. */
+    int32_t tid = 0;
+    PyObject *modname = PyUnicode_FromString("threading");
+    PyObject *threading = modname ? PyImport_GetModule(modname) : NULL;
+    Py_XDECREF(modname);
+    if (threading != NULL) {
+        PyObject *active = PyObject_GetAttrString(threading, "_active");
+        PyObject *key = PyLong_FromUnsignedLong(ts->thread_id);
+        PyObject *t = active && key && PyDict_Check(active)
+                          ? PyDict_GetItem(active, key)
+                          : NULL;
+        PyObject *nid = t ? PyObject_GetAttrString(t, "native_id") : NULL;
+        if (nid != NULL && PyLong_Check(nid)) {
+            tid = (int32_t)PyLong_AsLong(nid);
+        }
+        Py_XDECREF(nid);
+        Py_XDECREF(key);
+        Py_XDECREF(active);
+        Py_DECREF(threading);
+    }
+    PyErr_Clear();
+    return tid;
+#endif
+}
+
+/* The table entry for ts, created on first sight; NULL when out of memory.
+ * GIL. */
+static wall_thread_t *
+wall_thread_for(PyThreadState *ts)
+{
+    struct {
+        void *ts;
+        unsigned long ident;
+    } key = {ts, ts->thread_id};
+    uint64_t idx;
+    if (htab_get(&W.index, &key, sizeof(key), &idx)) {
+        return &W.threads[idx];
+    }
+    if (W.n_threads == W.cap_threads) {
+        size_t cap = W.cap_threads ? W.cap_threads * 2 : 32;
+        wall_thread_t *t = realloc(W.threads, cap * sizeof(*t));
+        if (t == NULL) {
+            return NULL;
+        }
+        W.threads = t;
+        W.cap_threads = cap;
+    }
+    uint32_t *stack = malloc(((size_t)W.max_depth + 8) * sizeof(uint32_t));
+    if (stack == NULL
+        || htab_put(&W.index, &key, sizeof(key), W.n_threads) < 0) {
+        free(stack);
+        return NULL;
+    }
+    wall_thread_t *th = &W.threads[W.n_threads++];
+    memset(th, 0, sizeof(*th));
+    th->ts = ts;
+    th->ident = ts->thread_id;
+    th->tid = wall_native_id(ts);
+    th->last_cpu = -1;
+    th->walked_cpu = -1;
+    th->stack = stack;
+    W.stats.threads_seen++;
+    return th;
+}
+
+static void
+wall_forget_unseen(void)
+{
+    for (size_t i = 0; i < W.n_threads;) {
+        wall_thread_t *th = &W.threads[i];
+        if (th->seen == W.generation) {
+            i++;
+            continue;
+        }
+        struct {
+            void *ts;
+            unsigned long ident;
+        } key = {th->ts, th->ident};
+        htab_del(&W.index, &key, sizeof(key));
+        free(th->stack);
+        W.n_threads--;
+        if (i != W.n_threads) {
+            W.threads[i] = W.threads[W.n_threads];
+            struct {
+                void *ts;
+                unsigned long ident;
+            } moved = {W.threads[i].ts, W.threads[i].ident};
+            htab_put(&W.index, &moved, sizeof(moved), i);
+        }
+    }
+}
+
+static uint32_t
+wall_thread_labels(PyThreadState *ts)
+{
+    if (ts->dict == NULL || W.labels_key == NULL) {
+        return 0;
+    }
+    PyObject *v = PyDict_GetItem(ts->dict, W.labels_key);
+    if (v == NULL || !PyLong_Check(v)) {
+        return 0;
+    }
+    unsigned long id = PyLong_AsUnsignedLong(v);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return (uint32_t)id;
+}
+
+/* One tick: a sample for every Python thread but ours. GIL. */
+static void
+wall_tick_unlocked(uint64_t ticks)
+{
+    W.generation++;
+    W.stats.ticks += ticks;
+    PyInterpreterState *interp = W.self_ts->interp;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
+         ts != NULL; ts = PyThreadState_Next(ts)) {
+        if (ts == W.self_ts) {
+            continue;
+        }
+        wall_thread_t *th = wall_thread_for(ts);
+        if (th == NULL) {
+            continue;
+        }
+        th->seen = W.generation;
+        int64_t cpu = wall_thread_cpu(th->ident);
+        int on_cpu = cpu >= 0 && th->last_cpu >= 0 && cpu > th->last_cpu;
+        th->last_cpu = cpu;
+        if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
+            /* The thread ran since we last read its stack (or we never
+             * did): read it again. Detached threads cannot change it now. */
+            uint16_t flags = 0;
+            int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
+            if (flags & RING_TORN) {
+                continue; /* never seen under the GIL; kept as a guard */
+            }
+            th->depth = collect_stack_unlocked(W.frames, (uint16_t)depth,
+                                               flags, th->stack);
+            th->walked_cpu = cpu;
+            W.stats.walks++;
+        }
+        int64_t value = (int64_t)(ticks * W.period_ns) - th->gc_ns;
+        th->gc_ns = 0;
+        if (value <= 0) {
+            continue; /* the whole interval was charged to <gc> */
+        }
+        collect_add_unlocked(th->stack, th->depth, th->tid,
+                             wall_thread_labels(ts),
+                             collect_state_string(on_cpu), 1, value);
+        W.stats.samples++;
+    }
+    wall_forget_unseen();
+}
+
+static int
+wall_should_stop(void)
+{
+    pthread_mutex_lock(&W.lock);
+    int stop = W.stop;
+    pthread_mutex_unlock(&W.lock);
+    return stop;
+}
+
+static void *
+wall_main(void *arg)
+{
+    (void)arg;
+    /* Signals are for the application's threads. */
+    sigset_t mask;
+    sigfillset(&mask);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
+
+    PyGILState_STATE gil = PyGILState_Ensure();
+    W.self_ts = PyThreadState_Get();
+    PyThreadState *ts = PyEval_SaveThread();
+
+    int64_t next = wall_now_ns(CLOCK_MONOTONIC) + (int64_t)W.period_ns;
+    for (;;) {
+        pthread_mutex_lock(&W.lock);
+        while (!W.stop) {
+            struct timespec deadline = {(time_t)(next / 1000000000LL),
+                                        (long)(next % 1000000000LL)};
+            int err = pthread_cond_timedwait(&W.cond, &W.lock, &deadline);
+            if (err == ETIMEDOUT) {
+                break;
+            }
+        }
+        int stop = W.stop;
+        pthread_mutex_unlock(&W.lock);
+        if (stop) {
+            break;
+        }
+        int64_t now = wall_now_ns(CLOCK_MONOTONIC);
+        uint64_t ticks = 1;
+        if (now > next) {
+            ticks += (uint64_t)((now - next) / (int64_t)W.period_ns);
+        }
+        next += (int64_t)(ticks * W.period_ns);
+        if (atomic_load(&W.gc_active)) {
+            /* A collection holds the GIL: account the tick later instead
+             * of queueing behind it. */
+            atomic_fetch_add(&W.skipped_ticks, ticks);
+            continue;
+        }
+        PyEval_RestoreThread(ts);
+        int64_t got = wall_now_ns(CLOCK_MONOTONIC);
+        if (got > next) {
+            /* Waiting for the GIL took whole periods: they are part of
+             * this tick, not lost. */
+            uint64_t late = (uint64_t)((got - next) / (int64_t)W.period_ns) + 1;
+            ticks += late;
+            next += (int64_t)(late * W.period_ns);
+            W.stats.late_ticks += late;
+        }
+        ticks += atomic_exchange(&W.skipped_ticks, 0);
+        if (!wall_should_stop()) {
+            wall_tick_unlocked(ticks);
+        }
+        ts = PyEval_SaveThread();
+    }
+    PyEval_RestoreThread(ts);
+    W.self_ts = NULL;
+    PyGILState_Release(gil);
+    return NULL;
+}
+
+int
+wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key)
+{
+    if (W.running) {
+        PyErr_SetString(PyExc_RuntimeError, "wall sampler already running");
+        return -1;
+    }
+    W.period_ns = period_ns;
+    W.max_depth = max_depth;
+    W.labels_key = labels_key;
+    W.stop = 0;
+    W.generation = 0;
+    W.n_threads = 0;
+    memset(&W.stats, 0, sizeof(W.stats));
+    atomic_store(&W.gc_active, 0);
+    atomic_store(&W.skipped_ticks, 0);
+    W.gc_ts = NULL;
+    W.frames = malloc((size_t)max_depth * sizeof(ring_frame_t));
+    W.gc_stack = malloc(((size_t)max_depth + 8) * sizeof(uint32_t));
+    if (W.frames == NULL || W.gc_stack == NULL
+        || htab_init(&W.index, 64) < 0) {
+        free(W.frames);
+        free(W.gc_stack);
+        W.frames = NULL;
+        W.gc_stack = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&W.cond, &attr);
+    pthread_condattr_destroy(&attr);
+    int err = pthread_create(&W.thread, NULL, wall_main, NULL);
+    if (err != 0) {
+        pthread_cond_destroy(&W.cond);
+        htab_free(&W.index);
+        free(W.frames);
+        free(W.gc_stack);
+        W.frames = NULL;
+        W.gc_stack = NULL;
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    W.running = 1;
+    return 0;
+}
+
+void
+wall_stop(void)
+{
+    if (!W.running) {
+        return;
+    }
+    pthread_mutex_lock(&W.lock);
+    W.stop = 1;
+    pthread_cond_signal(&W.cond);
+    pthread_mutex_unlock(&W.lock);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(W.thread, NULL);
+    Py_END_ALLOW_THREADS
+    pthread_cond_destroy(&W.cond);
+    for (size_t i = 0; i < W.n_threads; i++) {
+        free(W.threads[i].stack);
+    }
+    free(W.threads);
+    W.threads = NULL;
+    W.n_threads = W.cap_threads = 0;
+    htab_free(&W.index);
+    free(W.frames);
+    free(W.gc_stack);
+    W.frames = NULL;
+    W.gc_stack = NULL;
+    W.running = 0;
+}
+
+int
+wall_running(void)
+{
+    return W.running;
+}
+
+void
+wall_gc_begin(void)
+{
+    if (!W.running || W.gc_ts != NULL) {
+        return;
+    }
+    PyThreadState *ts = PyThreadState_Get();
+    uint16_t flags = RING_IN_GC;
+    int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
+    if (flags & RING_TORN) {
+        return;
+    }
+    W.gc_depth = collect_stack_unlocked(W.frames, (uint16_t)depth, flags,
+                                        W.gc_stack);
+    W.gc_ts = ts;
+    W.gc_start_ns = wall_now_ns(CLOCK_MONOTONIC);
+    atomic_store(&W.gc_active, 1);
+}
+
+void
+wall_gc_end(void)
+{
+    if (!W.running || W.gc_ts != PyThreadState_Get()) {
+        return;
+    }
+    atomic_store(&W.gc_active, 0);
+    int64_t spent = wall_now_ns(CLOCK_MONOTONIC) - W.gc_start_ns;
+    PyThreadState *ts = W.gc_ts;
+    W.gc_ts = NULL;
+    wall_thread_t *th = wall_thread_for(ts);
+    if (th == NULL || spent <= 0) {
+        return;
+    }
+    /* The sampler will account this interval to the thread at its next
+     * tick; take the GC's share out of it and charge it to <gc> here. */
+    th->gc_ns += spent;
+    int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
+    th->seen = W.generation;
+    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
+                         wall_thread_labels(ts), collect_state_string(1),
+                         count, spent);
+    W.stats.gc_samples += (uint64_t)count;
+}
+
+void
+wall_get_stats(wall_stats_t *out)
+{
+    *out = W.stats;
+}
+
+void
+wall_after_fork_child(void)
+{
+    /* Abandon (do not free) the parent's state; the lock may be held. */
+    W.running = 0;
+    W.threads = NULL;
+    W.n_threads = W.cap_threads = 0;
+    memset(&W.index, 0, sizeof(W.index));
+    W.frames = NULL;
+    W.gc_stack = NULL;
+    W.gc_ts = NULL;
+    atomic_store(&W.gc_active, 0);
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&W.lock, &fresh, sizeof(fresh));
+}

@@ -1,0 +1,49 @@
+/* wall: wall-clock sampling of every Python thread, without signals.
+ *
+ * A sampler thread wakes at the rate, takes the GIL (so every other thread
+ * is detached and its frame chain cannot change or be freed), and reads
+ * each thread's frames directly. A thread whose CPU clock has not moved
+ * since its last read cannot have changed its stack, so its cached stack is
+ * reused. No thread is ever signalled: blocking calls are never disturbed. */
+#ifndef SAMPROF_WALL_H
+#define SAMPROF_WALL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+typedef struct {
+    uint64_t ticks;        /* sampling periods covered */
+    uint64_t samples;      /* thread samples recorded */
+    uint64_t walks;        /* stacks read (the rest reused) */
+    uint64_t late_ticks;   /* periods that passed while waiting for the GIL */
+    uint64_t gc_samples;   /* samples credited to <gc> */
+    uint64_t threads_seen; /* distinct Python threads sampled */
+} wall_stats_t;
+
+/* Starts the sampler thread. labels_key is the thread-dict key under which
+ * a thread's label-set id is kept (borrowed; must outlive the profile).
+ * Returns 0, or -1 with an exception set. Caller holds the GIL and has
+ * called collect_init. */
+int wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key);
+
+/* Stops and joins the sampler thread. Caller holds the GIL (released while
+ * joining). */
+void wall_stop(void);
+
+/* 1 while the sampler runs. */
+int wall_running(void);
+
+/* The cyclic GC started/finished in the calling thread (gc.callbacks).
+ * Time spent inside it is charged to "<gc>" on top of the stack that
+ * triggered it. Caller holds the GIL. */
+void wall_gc_begin(void);
+void wall_gc_end(void);
+
+void wall_get_stats(wall_stats_t *out);
+
+/* After fork() in the child: the sampler thread does not exist there. */
+void wall_after_fork_child(void);
+
+#endif
