@@ -31,6 +31,7 @@ typedef struct {
     int64_t last_cpu;    /* thread CPU at the previous tick, -1 unknown */
     int64_t walked_cpu;  /* thread CPU when `stack` was read, -1 never */
     int64_t gc_ns;       /* wall time already charged to <gc> */
+    int named;           /* its threading.Thread name was recorded */
     uint64_t seen;       /* tick generation that last saw it */
     uint32_t depth;      /* location ids in stack */
     uint32_t *stack;     /* cached stack, max_depth + 8 ids */
@@ -90,15 +91,18 @@ wall_thread_cpu(unsigned long ident)
     return wall_now_ns(clock);
 }
 
+/* Finds the threading.Thread of ts and records its native id (3.9 and
+ * 3.10 keep none in the thread state) and its name in the profile, so
+ * threads that end before the profile does are still named. GIL. */
 static int32_t
-wall_native_id(PyThreadState *ts)
+wall_identify(PyThreadState *ts, int *named)
 {
 #if PY_VERSION_HEX >= 0x030B0000
-    return (int32_t)ts->native_thread_id;
+    int32_t tid = (int32_t)ts->native_thread_id;
 #else
-    /* 3.9 and 3.10 keep no native id in the thread state; threading's
-     * Thread object knows it. */
     int32_t tid = 0;
+#endif
+    PyObject *name = NULL;
     PyObject *modname = PyUnicode_FromString("threading");
     PyObject *threading = modname ? PyImport_GetModule(modname) : NULL;
     Py_XDECREF(modname);
@@ -108,18 +112,37 @@ wall_native_id(PyThreadState *ts)
         PyObject *t = active && key && PyDict_Check(active)
                           ? PyDict_GetItem(active, key)
                           : NULL;
-        PyObject *nid = t ? PyObject_GetAttrString(t, "native_id") : NULL;
-        if (nid != NULL && PyLong_Check(nid)) {
-            tid = (int32_t)PyLong_AsLong(nid);
+        if (t != NULL) {
+            Py_INCREF(t);
+            PyObject *nid = PyObject_GetAttrString(t, "native_id");
+            if (tid == 0 && nid != NULL && PyLong_Check(nid)) {
+                tid = (int32_t)PyLong_AsLong(nid);
+            }
+            Py_XDECREF(nid);
+            name = PyObject_GetAttrString(t, "name");
+            Py_DECREF(t);
         }
-        Py_XDECREF(nid);
         Py_XDECREF(key);
         Py_XDECREF(active);
         Py_DECREF(threading);
     }
     PyErr_Clear();
+    Py_ssize_t len;
+    const char *utf8 = name && PyUnicode_Check(name)
+                           ? PyUnicode_AsUTF8AndSize(name, &len)
+                           : NULL;
+    if (utf8 != NULL && tid != 0) {
+        profile_t *p = collect_profile();
+        profile_thread_t *pt = profile_thread(p, tid);
+        if (pt != NULL) {
+            pt->name = profile_string(p, utf8, (size_t)len);
+            pt->resolved = 1;
+            *named = 1;
+        }
+    }
+    PyErr_Clear();
+    Py_XDECREF(name);
     return tid;
-#endif
 }
 
 /* The table entry for ts, created on first sight; NULL when out of memory.
@@ -154,7 +177,7 @@ wall_thread_for(PyThreadState *ts)
     memset(th, 0, sizeof(*th));
     th->ts = ts;
     th->ident = ts->thread_id;
-    th->tid = wall_native_id(ts);
+    th->tid = wall_identify(ts, &th->named);
     th->last_cpu = -1;
     th->walked_cpu = -1;
     th->stack = stack;
@@ -230,6 +253,14 @@ wall_tick_unlocked(uint64_t ticks)
         if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
             /* The thread ran since we last read its stack (or we never
              * did): read it again. Detached threads cannot change it now. */
+            if (!th->named) {
+                /* A new Thread registers itself in threading._active only
+                 * once it runs: look again. */
+                int32_t tid = wall_identify(ts, &th->named);
+                if (tid != 0) {
+                    th->tid = tid;
+                }
+            }
             uint16_t flags = 0;
             int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
             if (flags & RING_TORN) {
@@ -245,9 +276,12 @@ wall_tick_unlocked(uint64_t ticks)
         if (value <= 0) {
             continue; /* the whole interval was charged to <gc> */
         }
+        /* count is the periods the sample stands for: ticks delayed by a
+         * GIL holder are accounted, not lost. */
         collect_add_unlocked(th->stack, th->depth, th->tid,
                              wall_thread_labels(ts),
-                             collect_state_string(on_cpu), 1, value);
+                             collect_state_string(on_cpu),
+                             (int64_t)((uint64_t)value / W.period_ns), value);
         W.stats.samples++;
     }
     wall_forget_unseen();
