@@ -15,13 +15,14 @@ process and read it with ``go tool pprof`` or ``samprof top``::
 """
 
 from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
-from samprof.labels import labels
+from samprof._labels import current_labels, labels
 
 __all__ = [
     "CPUProfiler",
     "ProfileStats",
     "ProfilerError",
     "WallProfiler",
+    "current_labels",
     "labels",
     "__version__",
 ]

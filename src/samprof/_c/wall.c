@@ -61,7 +61,7 @@ typedef struct {
     _Atomic int gc_active;
     _Atomic uint64_t skipped_ticks;
     PyThreadState *gc_ts;      /* GIL */
-    int64_t gc_start_ns;       /* GIL */
+    int64_t gc_charged_ns;     /* GC time charged up to this instant. GIL */
     uint32_t gc_depth;         /* GIL */
     uint32_t *gc_stack;        /* stack at GC start with <gc> on top. GIL */
 
@@ -230,6 +230,26 @@ wall_thread_labels(PyThreadState *ts)
     return (uint32_t)id;
 }
 
+/* Charges the collection running in ts since the last charge to "<gc>"
+ * on top of the stack that triggered it, and remembers it in th->gc_ns so
+ * the thread's own samples leave that time out. GIL. */
+static void
+wall_gc_charge(wall_thread_t *th, PyThreadState *ts)
+{
+    int64_t now = wall_now_ns(CLOCK_MONOTONIC);
+    int64_t spent = now - W.gc_charged_ns;
+    W.gc_charged_ns = now;
+    if (spent <= 0) {
+        return;
+    }
+    th->gc_ns += spent;
+    int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
+    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
+                         wall_thread_labels(ts), collect_state_string(1),
+                         count, spent);
+    W.stats.gc_samples += (uint64_t)count;
+}
+
 /* One tick: a sample for every Python thread but ours. GIL. */
 static void
 wall_tick_unlocked(uint64_t ticks)
@@ -271,11 +291,18 @@ wall_tick_unlocked(uint64_t ticks)
             th->walked_cpu = cpu;
             W.stats.walks++;
         }
-        int64_t value = (int64_t)(ticks * W.period_ns) - th->gc_ns;
-        th->gc_ns = 0;
-        if (value <= 0) {
-            continue; /* the whole interval was charged to <gc> */
+        if (ts == W.gc_ts) {
+            /* The sampler got the GIL in the middle of a collection (a gc
+             * callback ran Python code): charge <gc> up to now. */
+            wall_gc_charge(th, ts);
         }
+        int64_t value = (int64_t)(ticks * W.period_ns) - th->gc_ns;
+        if (value <= 0) {
+            /* The whole interval was charged to <gc>; carry the rest. */
+            th->gc_ns = -value;
+            continue;
+        }
+        th->gc_ns = 0;
         /* count is the periods the sample stands for: ticks delayed by a
          * GIL holder are accounted, not lost. */
         collect_add_unlocked(th->stack, th->depth, th->tid,
@@ -457,7 +484,7 @@ wall_gc_begin(void)
     W.gc_depth = collect_stack_unlocked(W.frames, (uint16_t)depth, flags,
                                         W.gc_stack);
     W.gc_ts = ts;
-    W.gc_start_ns = wall_now_ns(CLOCK_MONOTONIC);
+    W.gc_charged_ns = wall_now_ns(CLOCK_MONOTONIC);
     atomic_store(&W.gc_active, 1);
 }
 
@@ -468,22 +495,15 @@ wall_gc_end(void)
         return;
     }
     atomic_store(&W.gc_active, 0);
-    int64_t spent = wall_now_ns(CLOCK_MONOTONIC) - W.gc_start_ns;
     PyThreadState *ts = W.gc_ts;
     W.gc_ts = NULL;
     wall_thread_t *th = wall_thread_for(ts);
-    if (th == NULL || spent <= 0) {
-        return;
+    if (th != NULL) {
+        /* The sampler accounts this interval to the thread at its next
+         * tick; the GC's share is taken out of it there. */
+        th->seen = W.generation;
+        wall_gc_charge(th, ts);
     }
-    /* The sampler will account this interval to the thread at its next
-     * tick; take the GC's share out of it and charge it to <gc> here. */
-    th->gc_ns += spent;
-    int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
-    th->seen = W.generation;
-    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
-                         wall_thread_labels(ts), collect_state_string(1),
-                         count, spent);
-    W.stats.gc_samples += (uint64_t)count;
 }
 
 void

@@ -108,6 +108,6 @@ class labels:
         return wrapper  # type: ignore[return-value]
 
 
-def current() -> Dict[str, str]:
+def current_labels() -> Dict[str, str]:
     """The labels in effect in the calling context."""
     return dict(_current.get())
