@@ -96,6 +96,7 @@ class _Profiler:
         engine: str = "auto",
         signal: int = _signal.SIGPROF,
         max_depth: int = 256,
+        max_stacks: int = _samprof.MAX_SAMPLES,
     ) -> None:
         self.hz = _check_hz(hz)
         if engine not in _ENGINES:
@@ -107,6 +108,9 @@ class _Profiler:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 4096:
             raise ValueError(f"max_depth must be an int between 1 and 4096, got {max_depth!r}")
         self.max_depth = max_depth
+        if isinstance(max_stacks, bool) or not isinstance(max_stacks, int) or max_stacks < 1:
+            raise ValueError(f"max_stacks must be a positive int, got {max_stacks!r}")
+        self.max_stacks = max_stacks
         self._running = False
         #: The gzipped pprof of the last finished profile (set by ``stop``).
         self.result: Optional[bytes] = None
@@ -127,6 +131,7 @@ class _Profiler:
                 self.signal,
                 self.max_depth,
                 tuple(_hidden_files),
+                self.max_stacks,
             )
             self._running = True
             _active = self
@@ -236,7 +241,10 @@ class CPUProfiler(_Profiler):
     CPU timers, then to the process-wide ``ITIMER_PROF``), or one of
     ``"perf"``, ``"timer"``, ``"itimer"`` to force one. ``signal`` is the
     signal the timers deliver (``SIGPROF`` by default); starting fails if
-    another handler already owns it.
+    another handler already owns it. ``max_depth`` bounds the frames kept
+    per sample (deeper stacks lose their root part and show
+    ``<truncated>``); ``max_stacks`` bounds the distinct stacks kept (the
+    rest are counted under ``<samprof: stack table full>``).
     """
 
     _mode = "cpu"

@@ -38,7 +38,7 @@ static void collect_on_code_death(PyObject *code);
 
 int
 collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
-             PyObject *labelsets)
+             PyObject *labelsets, size_t max_samples)
 {
     memset(&C, 0, sizeof(C));
     C.max_depth = max_depth;
@@ -49,7 +49,7 @@ collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
         PyErr_NoMemory();
         return -1;
     }
-    if (profile_init(&C.profile, COLLECT_MAX_SAMPLES) < 0) {
+    if (profile_init(&C.profile, max_samples) < 0) {
         PyMem_RawFree(C.stack);
         PyErr_NoMemory();
         return -1;

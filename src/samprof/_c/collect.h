@@ -17,16 +17,17 @@
 #include "profile.h"
 #include "ring.h"
 
-/* Distinct (stack, thread, labels) samples kept before new ones fold into
- * "<samprof: stack table full>" (documented in docs/safety.md). */
+/* Default number of distinct (stack, thread, labels) samples kept before
+ * new ones fold into "<samprof: stack table full>" (docs/safety.md). */
 #define COLLECT_MAX_SAMPLES 500000
 
 /* Prepares an empty profile. hidden_file is a tuple of samprof's own file
  * names (their frames are left out); labelsets is the list of registered label sets
- * (borrowed, must outlive the profile). Returns 0, or -1 with an exception
+ * (borrowed, must outlive the profile); max_samples caps distinct samples.
+ * Returns 0, or -1 with an exception
  * set. Caller holds the GIL. */
 int collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
-                 PyObject *labelsets);
+                 PyObject *labelsets, size_t max_samples);
 /* Frees the profile and stops watching code objects. GIL. */
 void collect_free(void);
 /* 1 between collect_init and collect_free. */

@@ -160,8 +160,14 @@ module_start(PyObject *self, PyObject *args)
     const char *mode, *engine;
     int hz, signum, max_depth;
     PyObject *hidden_file;
-    if (!PyArg_ParseTuple(args, "sisiiO!:start", &mode, &hz, &engine,
-                          &signum, &max_depth, &PyTuple_Type, &hidden_file)) {
+    Py_ssize_t max_samples = COLLECT_MAX_SAMPLES;
+    if (!PyArg_ParseTuple(args, "sisiiO!|n:start", &mode, &hz, &engine,
+                          &signum, &max_depth, &PyTuple_Type, &hidden_file,
+                          &max_samples)) {
+        return NULL;
+    }
+    if (max_samples < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_stacks must be >= 1");
         return NULL;
     }
     if (M.running) {
@@ -208,7 +214,7 @@ module_start(PyObject *self, PyObject *args)
     M.hz = hz;
 
     if (collect_init((uint32_t)max_depth, M.cfg.period_ns, hidden_file,
-                     module_labelsets) < 0) {
+                     module_labelsets, (size_t)max_samples) < 0) {
         return NULL;
     }
     M.start_realtime_ns = module_clock_ns(CLOCK_REALTIME);
@@ -600,7 +606,8 @@ done:
 
 static PyMethodDef module_methods[] = {
     {"start", module_start, METH_VARARGS,
-     "start(mode, hz, engine, signum, max_depth, hidden_files)\n--\n\n"
+     "start(mode, hz, engine, signum, max_depth, hidden_files,\n"
+     "      max_stacks=MAX_SAMPLES)\n--\n\n"
      "Start sampling. Use samprof.CPUProfiler or WallProfiler instead."},
     {"stop", module_stop, METH_NOARGS,
      "stop()\n--\n\nStop sampling; return (pprof bytes, stats dict)."},
