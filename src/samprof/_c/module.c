@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "collect.h"
+#include "labels.h"
 #include "pb.h"
 #include "pprof.h"
 #include "profile.h"
@@ -49,13 +50,6 @@ static module_state_t M = {
     .wake_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-/* Label sets registered from Python, id = index + 1. They outlive
- * profiles: a thread may stay inside a labels block across start/stop.
- * A list of tuples of (key, value) str pairs. GIL. */
-static PyObject *module_labelsets;
-/* The thread-state dict key holding a thread's label-set id, read by the
- * wall sampler (which cannot read other threads' TLS). */
-static PyObject *module_labels_key;
 
 static int64_t
 module_clock_ns(clockid_t clock)
@@ -214,7 +208,7 @@ module_start(PyObject *self, PyObject *args)
     M.hz = hz;
 
     if (collect_init((uint32_t)max_depth, M.cfg.period_ns, hidden_file,
-                     module_labelsets, (size_t)max_samples) < 0) {
+                     labels_registry(), (size_t)max_samples) < 0) {
         return NULL;
     }
     M.start_realtime_ns = module_clock_ns(CLOCK_REALTIME);
@@ -223,7 +217,7 @@ module_start(PyObject *self, PyObject *args)
 
     if (m == MODULE_WALL) {
         if (wall_start(M.cfg.period_ns, (uint32_t)max_depth,
-                       module_labels_key) < 0) {
+                       labels_dict_key()) < 0) {
             collect_free();
             return NULL;
         }
@@ -462,10 +456,8 @@ module_register_labelset(PyObject *self, PyObject *pairs)
             return NULL;
         }
     }
-    if (PyList_Append(module_labelsets, pairs) < 0) {
-        return NULL;
-    }
-    return PyLong_FromSsize_t(PyList_GET_SIZE(module_labelsets));
+    uint32_t id = labels_register(pairs);
+    return id ? PyLong_FromUnsignedLong(id) : NULL;
 }
 
 static PyObject *
@@ -476,22 +468,29 @@ module_set_thread_labels(PyObject *self, PyObject *arg)
     if (id == (unsigned long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (id > (unsigned long)PyList_GET_SIZE(module_labelsets)) {
+    if (id > (unsigned long)PyList_GET_SIZE(labels_registry())) {
         PyErr_SetString(PyExc_ValueError, "unknown label set");
         return NULL;
     }
-    /* TLS for the signal handler; the thread-state dict for the wall
-     * sampler, which reads other threads' state under the GIL. */
     uint32_t old = sampler_thread_labels();
-    sampler_set_thread_labels((uint32_t)id);
-    PyObject *dict = PyThreadState_GetDict();
-    if (dict != NULL) {
-        if (PyDict_SetItem(dict, module_labels_key, arg) < 0) {
-            sampler_set_thread_labels(old);
-            return NULL;
-        }
+    if (labels_set_current((uint32_t)id) < 0) {
+        return NULL;
     }
     return PyLong_FromUnsignedLong(old);
+}
+
+static PyObject *
+module_thread_labels(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    uint32_t id = sampler_thread_labels();
+    if (id == 0) {
+        return PyTuple_New(0);
+    }
+    PyObject *pairs = PyList_GET_ITEM(labels_registry(), id - 1);
+    Py_INCREF(pairs);
+    return pairs;
 }
 
 static PyObject *
@@ -616,6 +615,9 @@ static PyMethodDef module_methods[] = {
     {"register_labelset", module_register_labelset, METH_O,
      "register_labelset(pairs)\n--\n\n"
      "Register a tuple of (key, value) pairs; return its id."},
+    {"thread_labels", module_thread_labels, METH_NOARGS,
+     "thread_labels()\n--\n\nThe calling thread's labels as (key, value) "
+     "pairs."},
     {"set_thread_labels", module_set_thread_labels, METH_O,
      "set_thread_labels(id)\n--\n\n"
      "Set the calling thread's label set; return the previous id."},
@@ -653,10 +655,7 @@ PyInit__samprof(void)
             "samprof.ProfilerError",
             "Raised when a profile cannot be started or stopped as asked.",
             PyExc_RuntimeError, NULL);
-        module_labelsets = PyList_New(0);
-        module_labels_key = PyUnicode_InternFromString("samprof.labels");
-        if (sampler_error == NULL || module_labelsets == NULL
-            || module_labels_key == NULL) {
+        if (sampler_error == NULL) {
             goto error;
         }
         if (pthread_atfork(NULL, NULL, module_atfork_child) != 0) {
@@ -670,6 +669,11 @@ PyInit__samprof(void)
         goto error;
     }
     if (PyModule_AddIntConstant(m, "MAX_SAMPLES", COLLECT_MAX_SAMPLES) < 0) {
+        goto error;
+    }
+    PyObject *labels_type = labels_init_type();
+    if (labels_type == NULL || PyModule_AddObject(m, "labels", labels_type) < 0) {
+        Py_XDECREF(labels_type);
         goto error;
     }
     return m;
