@@ -1,0 +1,40 @@
+"""Type stubs for samprof's C core. Use the classes in samprof instead."""
+
+from typing import Any, Dict, Tuple
+
+MAX_SAMPLES: int
+
+class ProfilerError(RuntimeError): ...
+
+def start(
+    mode: str,
+    hz: int,
+    engine: str,
+    signum: int,
+    max_depth: int,
+    hidden_files: Tuple[str, ...],
+    max_stacks: int = ...,
+) -> None:
+    """Start a CPU ("cpu") or wall-clock ("wall") profile."""
+
+def stop() -> Tuple[bytes, Dict[str, Any]]:
+    """Stop; return (uncompressed pprof bytes, stats dict)."""
+
+def is_running() -> bool: ...
+def register_labelset(pairs: Tuple[Tuple[str, str], ...]) -> int: ...
+def set_thread_labels(labelset_id: int) -> int:
+    """Set the calling thread's label-set id; return the previous one."""
+
+def thread_labels() -> Tuple[Tuple[str, str], ...]: ...
+def gc_callback(phase: str, info: Dict[str, Any]) -> None: ...
+def _after_fork_child() -> None: ...
+def _encode_synthetic(n: int, depth: int) -> bytes: ...
+
+class labels:
+    """Context manager: string labels on the samples taken inside."""
+
+    def __init__(self, **kv: str) -> None: ...
+    def __enter__(self) -> "labels": ...
+    def __exit__(self, *exc: object) -> bool: ...
+    @property
+    def labels(self) -> Dict[str, str]: ...
