@@ -126,6 +126,8 @@ def test_start_stop_many_times_with_thread_churn():
         stop.set()
         churner.join()
     check_profile(prof.result, go=False)
+    if SANITIZED:
+        return  # ASan's quarantine holds freed memory: RSS says nothing here
     assert grown < 8 * 1024, f"RSS grew by {grown} KiB over {rounds - 100} start/stop cycles"
 
 
