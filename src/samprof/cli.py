@@ -23,6 +23,7 @@ import importlib.util
 import io
 import os
 import runpy
+import signal
 import sys
 import types
 import zipfile
@@ -42,7 +43,7 @@ _MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler"}
 # Options of `record` that take a value. The record command line is split at
 # the first argument that is none of these (or at "--"), so that everything
 # from the script name on reaches the program untouched.
-_RECORD_VALUE_OPTIONS = ("--hz", "--mode", "--engine", "-o", "--output", "-m")
+_RECORD_VALUE_OPTIONS = ("--hz", "--mode", "--engine", "--signal", "-o", "--output", "-m")
 
 # Frames of these files sit below the program's own frames; they are cut from
 # the traceback of an exception the program does not handle, as python shows
@@ -60,6 +61,21 @@ def _profiler_classes() -> Dict[str, Callable[..., Any]]:
         for mode, name in _MODE_CLASSES.items()
         if hasattr(samprof, name)
     }
+
+
+def _signal_number(text: str) -> int:
+    """A signal by number or name: 27, SIGPROF, PROF, SIGRTMIN+3."""
+    name = text.upper()
+    if not name.startswith("SIG") and not name.isdigit():
+        name = "SIG" + name
+    try:
+        if name.isdigit():
+            return int(name)
+        base, _, offset = name.partition("+")
+        value = int(getattr(signal, base))
+        return value + int(offset) if offset else value
+    except (AttributeError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown signal: {text!r}") from None
 
 
 def _positive_int(text: str) -> int:
@@ -96,7 +112,10 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         allow_abbrev=False,
     )
     record.add_argument(
-        "--hz", type=_positive_int, default=100, help="samples per CPU-second (default 100)"
+        "--hz",
+        type=_positive_int,
+        default=100,
+        help="samples per second of CPU time (wall time with --mode wall); default 100",
     )
     record.add_argument(
         "--mode", default="cpu", help="what to profile: cpu, or wall where available (default cpu)"
@@ -106,6 +125,13 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         choices=_ENGINES,
         default="auto",
         help="timer engine (default auto: perf events, else timers)",
+    )
+    record.add_argument(
+        "--signal",
+        type=_signal_number,
+        default=signal.SIGPROF,
+        help="signal the CPU timers deliver (default SIGPROF; e.g. SIGRTMIN+3 when the "
+        "program owns SIGPROF)",
     )
     record.add_argument(
         "-o",
@@ -316,7 +342,7 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
             f"argument --mode: invalid choice: {opts.mode!r} (choose from {', '.join(classes)})"
         )
     try:
-        profiler = classes[opts.mode](opts.hz, engine=opts.engine)
+        profiler = classes[opts.mode](opts.hz, engine=opts.engine, signal=opts.signal)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
     # The runner's frames sit at the root of every stack of the program;
