@@ -658,7 +658,8 @@ PyInit__samprof(void)
         if (sampler_error == NULL) {
             goto error;
         }
-        if (pthread_atfork(NULL, NULL, module_atfork_child) != 0) {
+        if (pthread_atfork(sampler_before_fork, sampler_after_fork_parent,
+                           module_atfork_child) != 0) {
             PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
             goto error;
         }

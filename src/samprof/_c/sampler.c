@@ -232,6 +232,18 @@ out:
 }
 
 void
+sampler_before_fork(void)
+{
+    pthread_mutex_lock(&S.registry_lock);
+}
+
+void
+sampler_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&S.registry_lock);
+}
+
+void
 sampler_after_fork_child(void)
 {
     /* Only async-signal-safe calls: other threads' locks may be held. The

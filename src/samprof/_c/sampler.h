@@ -97,6 +97,11 @@ void sampler_set_thread_labels(uint32_t labels);
 uint32_t sampler_thread_labels(void);
 void sampler_set_thread_in_gc(int in_gc);
 
+/* Around fork(): the registry lock is held across it, so the child never
+ * sees the thread table half-updated by the collector. */
+void sampler_before_fork(void);
+void sampler_after_fork_parent(void);
+
 /* Forgets everything after fork() in the child: no timers exist there, and
  * the parent's handler must stop sampling. Async-signal-safe. */
 void sampler_after_fork_child(void);
