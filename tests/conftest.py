@@ -35,7 +35,9 @@ def go_pprof(data: bytes, *args: str) -> str:
         f.write(data)
         path = f.name
     try:
-        env = dict(os.environ, PPROF_TMPDIR=tempfile.gettempdir(), HOME=os.environ.get("HOME", "/tmp"))
+        env = dict(
+            os.environ, PPROF_TMPDIR=tempfile.gettempdir(), HOME=os.environ.get("HOME", "/tmp")
+        )
         # The sanitizer runtime must not be injected into the Go binary.
         env.pop("LD_PRELOAD", None)
         r = subprocess.run(

@@ -27,7 +27,10 @@ def test_blocked_threads_get_no_cpu_samples():
         a.settimeout(5)
         a.recv(1)
 
-    ts = [threading.Thread(target=sleeper, name="sleeper"), threading.Thread(target=reader, name="reader")]
+    ts = [
+        threading.Thread(target=sleeper, name="sleeper"),
+        threading.Thread(target=reader, name="reader"),
+    ]
     for t in ts:
         t.start()
     with samprof.CPUProfiler(hz=1000) as prof:
@@ -76,4 +79,7 @@ def test_threads_started_before_and_after_start():
     view = check_profile(prof.result)
     by_thread = view.by_label("thread_name", "cpu")
     for name in ("before", "after"):
-        assert abs(by_thread.get(name, 0) / 1e9 - cpu[name]) <= 0.1 * cpu[name] + 0.01, (by_thread, cpu)
+        assert abs(by_thread.get(name, 0) / 1e9 - cpu[name]) <= 0.1 * cpu[name] + 0.01, (
+            by_thread,
+            cpu,
+        )

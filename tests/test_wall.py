@@ -81,7 +81,7 @@ def test_every_thread_gets_duration_times_hz_samples(hz):
     view = check_profile(prof.result)
     assert view.types == [("samples", "count"), ("wall", "nanoseconds")]
     by_fn = {}
-    for frames, labels, values in view.samples():
+    for frames, _labels, values in view.samples():
         names = [f[0] for f in frames]
         for fn in WAITERS:
             if fn.__name__ in names:

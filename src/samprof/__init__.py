@@ -14,8 +14,8 @@ process and read it with ``go tool pprof`` or ``samprof top``::
     open("cpu.pb.gz", "wb").write(prof.result)
 """
 
-from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
 from samprof._labels import current_labels, labels
+from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
 
 __all__ = [
     "CPUProfiler",

@@ -6,8 +6,8 @@ import atexit
 import gc
 import gzip
 import math
-import os
 import numbers
+import os
 import signal as _signal
 import threading
 import time
@@ -105,7 +105,11 @@ class _Profiler:
         if isinstance(signal, bool) or not isinstance(signal, int):
             raise TypeError("signal must be a signal number such as signal.SIGPROF")
         self.signal = int(signal)
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 4096:
+        if (
+            isinstance(max_depth, bool)
+            or not isinstance(max_depth, int)
+            or not 1 <= max_depth <= 4096
+        ):
             raise ValueError(f"max_depth must be an int between 1 and 4096, got {max_depth!r}")
         self.max_depth = max_depth
         if isinstance(max_stacks, bool) or not isinstance(max_stacks, int) or max_stacks < 1:
