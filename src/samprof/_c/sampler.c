@@ -177,10 +177,19 @@ sampler_itimer_sample_weight(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    int64_t prev = atomic_exchange(&S.itimer_last_cpu, now);
-    int64_t periods = (now - prev + (int64_t)S.cfg.period_ns / 2)
-                      / (int64_t)S.cfg.period_ns;
-    return periods < 1 ? 1 : (uint32_t)periods;
+    int64_t period = (int64_t)S.cfg.period_ns;
+    /* Whole periods since the CPU time already accounted; the remainder
+     * carries to the next sample, so the weights add up exactly. */
+    int64_t last = atomic_load(&S.itimer_last_cpu);
+    int64_t periods;
+    do {
+        periods = (now - last) / period;
+        if (periods <= 0) {
+            return 0;
+        }
+    } while (!atomic_compare_exchange_weak(&S.itimer_last_cpu, &last,
+                                           last + periods * period));
+    return (uint32_t)periods;
 }
 
 static void
