@@ -28,6 +28,7 @@ typedef struct {
     uint64_t truncated;       /* samples cut at max_depth */
     uint64_t unknown_frames;  /* frames that could not be symbolized */
     PyObject *labelsets;      /* registered label sets (borrowed) */
+    int wall_mode;            /* ring samples are a wall profile's on-CPU part */
 } collect_state_t;
 
 /* Global for the same reason as the sampler's: the code-object death hook
@@ -166,6 +167,12 @@ collect_add_unlocked(const uint32_t *stack, uint32_t n, int32_t tid,
 }
 
 void
+collect_set_wall_mode(int wall)
+{
+    C.wall_mode = wall;
+}
+
+void
 collect_set_ring(ring_t *ring)
 {
     C.ring = ring;
@@ -189,10 +196,14 @@ collect_drain_unlocked(ring_t *r, int wait_for_writers)
             sched_yield();
             continue;
         }
-        if (!(slot->flags & RING_TORN)) {
+        int skip = (slot->flags & RING_TORN)
+                   || (C.wall_mode
+                       && (slot->flags & (RING_NO_PYTHON | RING_COLLECTOR)));
+        if (!skip) {
             uint32_t n = collect_stack_unlocked(slot->frames, slot->depth,
                                                 slot->flags, C.stack);
-            collect_add_unlocked(C.stack, n, slot->tid, slot->labels, 0, 1,
+            collect_add_unlocked(C.stack, n, slot->tid, slot->labels,
+                                 C.wall_mode ? collect_state_string(1) : 0, 1,
                                  (int64_t)slot->weight
                                      * (int64_t)C.period_ns);
         }

@@ -48,6 +48,11 @@ void collect_add_unlocked(const uint32_t *stack, uint32_t n, int32_t tid,
 void collect_drain_unlocked(ring_t *ring, int wait_for_writers);
 /* Sets which ring collect_on_code_death must drain (NULL: none). GIL. */
 void collect_set_ring(ring_t *ring);
+/* In wall mode, ring samples are the on-CPU part of a wall profile: they
+ * get thread_state=on-cpu, and samples of threads without Python state or
+ * of samprof's own threads are left out. GIL. */
+void collect_set_wall_mode(int wall);
+
 /* Names threads seen in samples that have no name yet. May run Python
  * code. GIL. */
 void collect_resolve_thread_names_unlocked(void);

@@ -33,6 +33,8 @@ typedef struct {
     int running;              /* between start and stop. GIL */
     module_mode_t mode;       /* GIL */
     int hz;                   /* GIL */
+    int sampling;             /* the signal sampler runs (CPU mode, and wall
+                                 mode's on-CPU part where perf exists) */
     sampler_config_t cfg;     /* GIL */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
@@ -215,34 +217,58 @@ module_start(PyObject *self, PyObject *args)
     M.start_monotonic_ns = module_clock_ns(CLOCK_MONOTONIC);
     M.start_cpu_ns = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 
+    int sampling = 1;
     if (m == MODULE_WALL) {
-        if (wall_start(M.cfg.period_ns, (uint32_t)max_depth,
-                       labels_dict_key()) < 0) {
+        /* On-CPU time comes from user-mode-only perf events where they are
+         * available (exact, and they cannot interrupt a system call); the
+         * wall thread records the rest. Without them it records all. */
+        M.cfg.engine = SAMPLER_ENGINE_PERF;
+        M.cfg.user_only = 1;
+        collect_set_wall_mode(1);
+    }
+    if (sampler_start(&M.cfg) < 0) {
+        if (m == MODULE_CPU) {
             collect_free();
             return NULL;
         }
-        M.running = 1;
-        Py_RETURN_NONE;
+        PyErr_Clear();
+        sampling = 0;
     }
-
-    if (sampler_start(&M.cfg) < 0) {
-        collect_free();
-        return NULL;
+    M.sampling = sampling;
+    M.collector_started = 0;
+    if (sampling) {
+        collect_set_ring(sampler_ring());
+        M.collector_stop = 0;
+        pthread_cond_init(&M.wake_cond, NULL);
+        int err =
+            pthread_create(&M.collector, NULL, module_collector_main, NULL);
+        if (err != 0) {
+            pthread_cond_destroy(&M.wake_cond);
+            sampler_stop();
+            collect_set_ring(NULL);
+            sampler_release();
+            collect_set_wall_mode(0);
+            collect_free();
+            errno = err;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        M.collector_started = 1;
     }
-    collect_set_ring(sampler_ring());
-    M.collector_stop = 0;
-    pthread_cond_init(&M.wake_cond, NULL);
-    int err = pthread_create(&M.collector, NULL, module_collector_main, NULL);
-    if (err != 0) {
-        pthread_cond_destroy(&M.wake_cond);
-        sampler_stop();
-        collect_set_ring(NULL);
-        sampler_release();
-        collect_free();
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
+    if (m == MODULE_WALL) {
+        if (wall_start(M.cfg.period_ns, (uint32_t)max_depth,
+                       labels_dict_key(), sampling,
+                       sampling ? (unsigned long)M.collector : 0) < 0) {
+            if (sampling) {
+                module_collector_stop();
+                sampler_stop();
+                collect_set_ring(NULL);
+                sampler_release();
+            }
+            collect_set_wall_mode(0);
+            collect_free();
+            return NULL;
+        }
     }
-    M.collector_started = 1;
     M.running = 1;
     Py_RETURN_NONE;
 }
@@ -305,6 +331,19 @@ module_cpu_stats(int64_t duration_ns, int64_t cpu_ns)
         (unsigned long long)profile_bytes(p));
 }
 
+/* Signals the CPU sampler turned into samples (0 when it did not run). */
+static uint64_t
+module_sampler_signals(void)
+{
+    uint64_t n = 0;
+    if (M.sampling) {
+        for (int i = 0; i < SAMPLER_SRC_COUNT; i++) {
+            n += atomic_load(&sampler_counters()->signals[i]);
+        }
+    }
+    return n;
+}
+
 /* Stats of a wall profile. GIL. */
 static PyObject *
 module_wall_stats(int64_t duration_ns, int64_t cpu_ns)
@@ -317,11 +356,20 @@ module_wall_stats(int64_t duration_ns, int64_t cpu_ns)
     return Py_BuildValue(
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:{s:K,s:K,s:K,s:K},s:K,s:L,s:L,"
         "s:K,s:K,s:K,s:K,s:K}",
-        "mode", "wall", "engine", "wall", "requested_hz", M.hz,
-        "effective_hz", effective, "samples", (unsigned long long)w.samples,
-        "signals", 0ULL, "threads_by_engine", "wall",
-        (unsigned long long)w.threads_seen, "dropped", "buffer_full", 0ULL,
-        "torn", 0ULL, "stack_table_full", (unsigned long long)p->overflowed,
+        "mode", "wall", "engine", M.sampling ? "wall+perf" : "wall",
+        "requested_hz", M.hz,
+        "effective_hz", effective, "samples", (unsigned long long)(w.samples + module_sampler_signals()),
+        "signals", (unsigned long long)module_sampler_signals(),
+        "threads_by_engine",
+        "wall", (unsigned long long)w.threads_seen, "dropped", "buffer_full",
+        (unsigned long long)(M.sampling ? atomic_load(
+                                 &sampler_counters()->dropped[SAMPLER_DROP_RING_FULL])
+                                        : 0),
+        "torn",
+        (unsigned long long)(M.sampling ? atomic_load(
+                                 &sampler_counters()->dropped[SAMPLER_DROP_TORN])
+                                        : 0),
+        "stack_table_full", (unsigned long long)p->overflowed,
         "unknown_frames", (unsigned long long)collect_unknown_frames(),
         "truncated", (unsigned long long)collect_truncated(), "duration_ns",
         (long long)duration_ns, "cpu_ns", (long long)cpu_ns, "walks",
@@ -395,19 +443,16 @@ module_stop(PyObject *self, PyObject *noargs)
     int64_t duration, cpu;
     if (M.mode == MODULE_WALL) {
         wall_stop();
-        duration = module_clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
-        cpu = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
-        collect_resolve_thread_names_unlocked();
-        stats = module_wall_stats(duration, cpu);
     }
-    else {
+    if (M.sampling) {
         module_collector_stop();
         sampler_stop();
-        duration = module_clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
-        cpu = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
+    }
+    duration = module_clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
+    cpu = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
+    if (M.sampling) {
         collect_drain_unlocked(sampler_ring(), 1);
         collect_set_ring(NULL);
-        collect_resolve_thread_names_unlocked();
         const sampler_counters_t *c = sampler_counters();
         collect_add_dropped_unlocked(
             "<samprof: dropped, buffer full>",
@@ -417,14 +462,17 @@ module_stop(PyObject *self, PyObject *noargs)
             "<samprof: dropped, torn stack>",
             atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
             atomic_load(&c->dropped_periods[SAMPLER_DROP_TORN]));
-        stats = module_cpu_stats(duration, cpu);
     }
+    collect_resolve_thread_names_unlocked();
+    stats = M.mode == MODULE_WALL ? module_wall_stats(duration, cpu)
+                                  : module_cpu_stats(duration, cpu);
     PyObject *result = stats ? module_encode_result(stats, duration) : NULL;
     Py_XDECREF(stats);
     M.running = 0;
-    if (M.mode == MODULE_CPU) {
+    if (M.sampling) {
         sampler_release();
     }
+    collect_set_wall_mode(0);
     collect_free();
     return result;
 }
@@ -582,20 +630,15 @@ module_encode_synthetic(PyObject *self, PyObject *args)
         }
     }
     pprof_meta_t meta = {.value_type = "cpu", .period_ns = 1000000};
+    int64_t t0 = module_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     if (pprof_encode(&p, &meta, &buf) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)buf.data,
-                                              (Py_ssize_t)buf.len);
-    if (raw != NULL) {
-        PyObject *gzip = PyImport_ImportModule("gzip");
-        if (gzip != NULL) {
-            result = PyObject_CallMethod(gzip, "compress", "O", raw);
-            Py_DECREF(gzip);
-        }
-        Py_DECREF(raw);
-    }
+    double seconds =
+        (double)(module_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
+    result = Py_BuildValue("(y#d)", (const char *)buf.data,
+                           (Py_ssize_t)buf.len, seconds);
 done:
     pb_free(&buf);
     profile_free(&p);
@@ -627,7 +670,8 @@ static PyMethodDef module_methods[] = {
      "_after_fork_child()\n--\n\nReset interpreter hooks in a forked child."},
     {"_encode_synthetic", module_encode_synthetic, METH_VARARGS,
      "_encode_synthetic(n, depth)\n--\n\n"
-     "Test hook: gzipped pprof of n fabricated distinct stacks."},
+     "Test hook: (raw pprof of n fabricated distinct stacks, CPU seconds\n"
+     "the encoder took)."},
     {NULL, NULL, 0, NULL},
 };
 

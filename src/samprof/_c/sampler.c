@@ -558,7 +558,7 @@ sampler_start(const sampler_config_t *cfg)
     S.cfg = *cfg;
     memset(&S.counters, 0, sizeof(S.counters));
     memset(S.armed, 0, sizeof(S.armed));
-    S.perf_exclude_kernel = 0;
+    S.perf_exclude_kernel = cfg->user_only;
     S.rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL | 1;
     if (ring_init(&S.ring, cfg->ring_slots, cfg->max_depth) < 0) {
         PyErr_NoMemory();
@@ -576,8 +576,9 @@ sampler_start(const sampler_config_t *cfg)
 
     if (cfg->engine == SAMPLER_ENGINE_PERF) {
         /* A forced engine must exist: probe it on this thread. */
-        int fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 0);
-        if (fd < 0) {
+        int fd = sampler_open_perf((int32_t)syscall(SYS_gettid),
+                                   cfg->user_only);
+        if (fd < 0 && !cfg->user_only) {
             fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 1);
         }
         if (fd < 0) {
@@ -632,7 +633,7 @@ sampler_start(const sampler_config_t *cfg)
 
     sampler_scan_threads();
 
-    if (cfg->signum == SIGPROF) {
+    if (cfg->signum == SIGPROF && !cfg->user_only) {
         /* ITIMER_PROF only ever raises SIGPROF. With another signal the
          * per-thread timers are the only engines. */
         struct itimerval it;
@@ -660,7 +661,7 @@ sampler_stop(void)
     }
     atomic_store(&S.active, 0);
     sampler_wait_handlers();
-    if (S.cfg.signum == SIGPROF) {
+    if (S.cfg.signum == SIGPROF && !S.cfg.user_only) {
         struct itimerval zero;
         memset(&zero, 0, sizeof(zero));
         setitimer(ITIMER_PROF, &zero, NULL);
@@ -717,6 +718,12 @@ uint32_t
 sampler_itimer_weight(void)
 {
     return S.itimer_weight;
+}
+
+int
+sampler_thread_armed(int32_t tid)
+{
+    return S.own_timer != NULL && sampler_has_own_timer(tid);
 }
 
 void

@@ -49,6 +49,11 @@ typedef struct {
     uint64_t period_ns;      /* 1e9 / hz */
     uint32_t max_depth;      /* frames per sample */
     size_t ring_slots;       /* sample buffer capacity */
+    int user_only;           /* wall mode's on-CPU sampler: perf events that
+                                count user-mode time only, so a signal is
+                                only ever raised while the thread runs user
+                                code and can never interrupt a system call;
+                                no ITIMER_PROF, no POSIX timers */
 } sampler_config_t;
 
 /* Counters, written by signal handlers with relaxed atomics. */
@@ -86,6 +91,10 @@ void sampler_threads_by_source(uint64_t out[SAMPLER_SRC_COUNT]);
 
 /* Weight (in sampling periods) of one ITIMER_PROF sample. */
 uint32_t sampler_itimer_weight(void);
+
+/* 1 when tid has a perf event or POSIX timer of ours armed. Not signal
+ * context; any thread. */
+int sampler_thread_armed(int32_t tid);
 
 /* Marks the calling thread as samprof's collector: its samples carry
  * RING_COLLECTOR. */

@@ -23,6 +23,7 @@
 #include "frames.h"
 #include "htab.h"
 #include "ring.h"
+#include "sampler.h"
 
 typedef struct {
     PyThreadState *ts;   /* identity, with ident */
@@ -32,6 +33,9 @@ typedef struct {
     int64_t walked_cpu;  /* thread CPU when `stack` was read, -1 never */
     int64_t gc_ns;       /* wall time already charged to <gc> */
     int named;           /* its threading.Thread name was recorded */
+    int split;           /* on-CPU time comes from the CPU sampler */
+    int64_t off_carry;   /* off-CPU ns owed (negative: CPU clock ran ahead) */
+    int64_t count_carry; /* off-CPU ns not yet turned into a whole count */
     uint64_t seen;       /* tick generation that last saw it */
     uint32_t depth;      /* location ids in stack */
     uint32_t *stack;     /* cached stack, max_depth + 8 ids */
@@ -41,6 +45,8 @@ typedef struct {
     uint64_t period_ns;
     uint32_t max_depth;
     PyObject *labels_key;      /* borrowed */
+    int on_cpu_sampler;        /* sampler.c delivers on-CPU samples */
+    unsigned long ignored;     /* pthread id of samprof's collector, 0 */
     pthread_t thread;
     int running;               /* GIL */
     PyThreadState *self_ts;    /* the sampler's own thread state */
@@ -259,8 +265,8 @@ wall_tick_unlocked(uint64_t ticks)
     PyInterpreterState *interp = W.self_ts->interp;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
          ts != NULL; ts = PyThreadState_Next(ts)) {
-        if (ts == W.self_ts) {
-            continue;
+        if (ts == W.self_ts || (W.ignored != 0 && ts->thread_id == W.ignored)) {
+            continue; /* samprof's own threads */
         }
         wall_thread_t *th = wall_thread_for(ts);
         if (th == NULL) {
@@ -268,7 +274,8 @@ wall_tick_unlocked(uint64_t ticks)
         }
         th->seen = W.generation;
         int64_t cpu = wall_thread_cpu(th->ident);
-        int on_cpu = cpu >= 0 && th->last_cpu >= 0 && cpu > th->last_cpu;
+        int64_t used = cpu >= 0 && th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
+        int first = th->last_cpu < 0;
         th->last_cpu = cpu;
         if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
             /* The thread ran since we last read its stack (or we never
@@ -291,12 +298,44 @@ wall_tick_unlocked(uint64_t ticks)
             th->walked_cpu = cpu;
             W.stats.walks++;
         }
+        if (first) {
+            /* How the thread spent the time before we first saw it is
+             * unknown: start accounting from here. */
+            continue;
+        }
+        int64_t value = (int64_t)(ticks * W.period_ns);
+        int on_cpu = used > 0;
+        int split = W.on_cpu_sampler && th->tid != 0
+                    && sampler_thread_armed(th->tid);
+        if (split) {
+            /* Its on-CPU time arrives as signal samples taken where it
+             * ran; this sample is only the rest of the interval. */
+            if (!th->split) {
+                th->split = 1;
+                W.stats.split_threads++;
+            }
+            th->off_carry += value - used;
+            if (th->off_carry <= 0) {
+                continue; /* used CPU the whole time (clock jitter kept) */
+            }
+            value = th->off_carry;
+            th->off_carry = 0;
+            th->count_carry += value;
+            int64_t count = th->count_carry / (int64_t)W.period_ns;
+            th->count_carry -= count * (int64_t)W.period_ns;
+            on_cpu = 0;
+            collect_add_unlocked(th->stack, th->depth, th->tid,
+                                 wall_thread_labels(ts),
+                                 collect_state_string(0), count, value);
+            W.stats.samples++;
+            continue;
+        }
         if (ts == W.gc_ts) {
             /* The sampler got the GIL in the middle of a collection (a gc
              * callback ran Python code): charge <gc> up to now. */
             wall_gc_charge(th, ts);
         }
-        int64_t value = (int64_t)(ticks * W.period_ns) - th->gc_ns;
+        value -= th->gc_ns;
         if (value <= 0) {
             /* The whole interval was charged to <gc>; carry the rest. */
             th->gc_ns = -value;
@@ -332,6 +371,8 @@ wall_main(void *arg)
     sigfillset(&mask);
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
 
+    /* The CPU sampler's signals on this thread are samprof's own. */
+    sampler_mark_collector_thread();
     PyGILState_STATE gil = PyGILState_Ensure();
     W.self_ts = PyThreadState_Get();
     PyThreadState *ts = PyEval_SaveThread();
@@ -387,7 +428,8 @@ wall_main(void *arg)
 }
 
 int
-wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key)
+wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key,
+           int on_cpu_sampler, unsigned long ignored_thread)
 {
     if (W.running) {
         PyErr_SetString(PyExc_RuntimeError, "wall sampler already running");
@@ -396,6 +438,8 @@ wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key)
     W.period_ns = period_ns;
     W.max_depth = max_depth;
     W.labels_key = labels_key;
+    W.on_cpu_sampler = on_cpu_sampler;
+    W.ignored = ignored_thread;
     W.stop = 0;
     W.generation = 0;
     W.n_threads = 0;
@@ -472,7 +516,9 @@ wall_running(void)
 void
 wall_gc_begin(void)
 {
-    if (!W.running || W.gc_ts != NULL) {
+    /* With the CPU sampler, a collection is on-CPU time that its signals
+     * see (with <gc> on top); only the GIL-only sampler charges it here. */
+    if (!W.running || W.on_cpu_sampler || W.gc_ts != NULL) {
         return;
     }
     PyThreadState *ts = PyThreadState_Get();

@@ -20,13 +20,18 @@ typedef struct {
     uint64_t late_ticks;   /* periods that passed while waiting for the GIL */
     uint64_t gc_samples;   /* samples credited to <gc> */
     uint64_t threads_seen; /* distinct Python threads sampled */
+    uint64_t split_threads; /* of which on-CPU time came from signals */
 } wall_stats_t;
 
 /* Starts the sampler thread. labels_key is the thread-dict key under which
  * a thread's label-set id is kept (borrowed; must outlive the profile).
- * Returns 0, or -1 with an exception set. Caller holds the GIL and has
- * called collect_init. */
-int wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key);
+ * With on_cpu_sampler, the CPU sampler (sampler.c, user_only) is running:
+ * threads it has armed get their on-CPU time from its signals, and this
+ * thread records only their off-CPU time. ignored_thread (a pthread id, or
+ * 0) is samprof's collector, left out. Returns 0, or -1 with an exception
+ * set. Caller holds the GIL and has called collect_init. */
+int wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key,
+               int on_cpu_sampler, unsigned long ignored_thread);
 
 /* Stops and joins the sampler thread. Caller holds the GIL (released while
  * joining). */
