@@ -68,6 +68,8 @@ typedef struct {
     _Atomic uint64_t skipped_ticks;
     PyThreadState *gc_ts;      /* GIL */
     int64_t gc_charged_ns;     /* GC time charged up to this instant. GIL */
+    int64_t gc_start_wall;     /* with the CPU sampler: when the GC began */
+    int64_t gc_start_cpu;      /* ... and the thread's CPU time then. GIL */
     uint32_t gc_depth;         /* GIL */
     uint32_t *gc_stack;        /* stack at GC start with <gc> on top. GIL */
 
@@ -314,7 +316,8 @@ wall_tick_unlocked(uint64_t ticks)
                 th->split = 1;
                 W.stats.split_threads++;
             }
-            th->off_carry += value - used;
+            th->off_carry += value - used - th->gc_ns;
+            th->gc_ns = 0;
             if (th->off_carry <= 0) {
                 continue; /* used CPU the whole time (clock jitter kept) */
             }
@@ -516,9 +519,7 @@ wall_running(void)
 void
 wall_gc_begin(void)
 {
-    /* With the CPU sampler, a collection is on-CPU time that its signals
-     * see (with <gc> on top); only the GIL-only sampler charges it here. */
-    if (!W.running || W.on_cpu_sampler || W.gc_ts != NULL) {
+    if (!W.running || W.gc_ts != NULL) {
         return;
     }
     PyThreadState *ts = PyThreadState_Get();
@@ -531,7 +532,12 @@ wall_gc_begin(void)
                                         W.gc_stack);
     W.gc_ts = ts;
     W.gc_charged_ns = wall_now_ns(CLOCK_MONOTONIC);
-    atomic_store(&W.gc_active, 1);
+    W.gc_start_wall = W.gc_charged_ns;
+    W.gc_start_cpu = wall_now_ns(CLOCK_THREAD_CPUTIME_ID);
+    /* With the CPU sampler the sampler thread must still wait for the
+     * GIL: the thread's off-CPU share of the collection is charged at its
+     * end, below. */
+    atomic_store(&W.gc_active, !W.on_cpu_sampler);
 }
 
 void
@@ -544,12 +550,30 @@ wall_gc_end(void)
     PyThreadState *ts = W.gc_ts;
     W.gc_ts = NULL;
     wall_thread_t *th = wall_thread_for(ts);
-    if (th != NULL) {
+    if (th == NULL) {
+        return;
+    }
+    th->seen = W.generation;
+    if (!W.on_cpu_sampler || !th->split) {
         /* The sampler accounts this interval to the thread at its next
          * tick; the GC's share is taken out of it there. */
-        th->seen = W.generation;
         wall_gc_charge(th, ts);
+        return;
     }
+    /* The CPU sampler saw the on-CPU part of the collection (with <gc> on
+     * top). The rest, preempted or waiting, is off-CPU time in <gc>. */
+    int64_t wall = wall_now_ns(CLOCK_MONOTONIC) - W.gc_start_wall;
+    int64_t cpu = wall_now_ns(CLOCK_THREAD_CPUTIME_ID) - W.gc_start_cpu;
+    int64_t off = wall - cpu;
+    if (off <= 0) {
+        return;
+    }
+    th->gc_ns += off;
+    int64_t count = (off + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
+    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
+                         wall_thread_labels(ts), collect_state_string(0),
+                         count, off);
+    W.stats.gc_samples += (uint64_t)count;
 }
 
 void
