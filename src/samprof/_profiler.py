@@ -32,6 +32,41 @@ _active: Optional["_Profiler"] = None
 _hidden_files = {os.path.abspath(__file__)}
 
 
+def _arm_new_threads() -> None:
+    """Makes every threading.Thread arm its own timer as it starts.
+
+    The core finds new threads by rescanning /proc every 10 ms; a thread
+    that lives shorter than that would go unsampled. Installed once; it
+    costs one C call per thread start, and nothing unless a profile runs.
+    """
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+    if getattr(original, "_samprof_hook", False):
+        return
+
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        if _samprof.is_running():
+            _samprof._arm_this_thread()
+        original(self)
+
+    _bootstrap_inner._samprof_hook = True  # type: ignore[attr-defined]
+    threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
+
+
+_ALLOWED_SIGNALS = {_signal.SIGPROF, _signal.SIGVTALRM, _signal.SIGUSR1, _signal.SIGUSR2}
+
+
+def _check_signal(signum: object) -> int:
+    if isinstance(signum, bool) or not isinstance(signum, int):
+        raise TypeError("signal must be a signal number such as signal.SIGPROF")
+    signum = int(signum)
+    if signum not in _ALLOWED_SIGNALS and not _signal.SIGRTMIN <= signum <= _signal.SIGRTMAX:
+        raise ValueError(
+            f"signal {signum} cannot be used for sampling; use SIGPROF, SIGVTALRM, "
+            "SIGUSR1, SIGUSR2 or a real-time signal (SIGRTMIN..SIGRTMAX)"
+        )
+    return signum
+
+
 def _hide_file(path: str) -> None:
     """Never show frames from ``path`` (samprof's own modules)."""
     _hidden_files.add(path if path.startswith("<") else os.path.abspath(path))
@@ -102,9 +137,7 @@ class _Profiler:
         if engine not in _ENGINES:
             raise ValueError(f"engine must be one of {', '.join(_ENGINES)}, got {engine!r}")
         self.engine = engine
-        if isinstance(signal, bool) or not isinstance(signal, int):
-            raise TypeError("signal must be a signal number such as signal.SIGPROF")
-        self.signal = int(signal)
+        self.signal = _check_signal(signal)
         if (
             isinstance(max_depth, bool)
             or not isinstance(max_depth, int)
@@ -139,6 +172,7 @@ class _Profiler:
             )
             self._running = True
             _active = self
+            _arm_new_threads()
             if _samprof.gc_callback not in gc.callbacks:
                 gc.callbacks.append(_samprof.gc_callback)
 

@@ -19,7 +19,7 @@
 
 /* Default number of distinct (stack, thread, labels) samples kept before
  * new ones fold into "<samprof: stack table full>" (docs/safety.md). */
-#define COLLECT_MAX_SAMPLES 500000
+#define COLLECT_MAX_SAMPLES 100000
 
 /* Prepares an empty profile. hidden_file is a tuple of samprof's own file
  * names (their frames are left out); labelsets is the list of registered label sets

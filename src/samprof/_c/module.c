@@ -561,6 +561,19 @@ module_gc_callback(PyObject *self, PyObject *args)
 }
 
 static PyObject *
+module_arm_this_thread(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    if (M.running && M.sampling) {
+        Py_BEGIN_ALLOW_THREADS
+        sampler_arm_this_thread();
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 module_after_fork_child(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -666,6 +679,8 @@ static PyMethodDef module_methods[] = {
      "Set the calling thread's label set; return the previous id."},
     {"gc_callback", module_gc_callback, METH_VARARGS,
      "gc_callback(phase, info)\n--\n\nFor gc.callbacks while profiling."},
+    {"_arm_this_thread", module_arm_this_thread, METH_NOARGS,
+     "_arm_this_thread()\n--\n\nArm the calling (new) thread's timer now."},
     {"_after_fork_child", module_after_fork_child, METH_NOARGS,
      "_after_fork_child()\n--\n\nReset interpreter hooks in a forked child."},
     {"_encode_synthetic", module_encode_synthetic, METH_VARARGS,

@@ -45,6 +45,8 @@ static SAMPLER_TLS int32_t tls_tid;         /* cached gettid(), 0 = unknown */
 static SAMPLER_TLS uint32_t tls_labels;     /* active label set */
 static SAMPLER_TLS uint8_t tls_in_gc;       /* inside the cyclic GC */
 static SAMPLER_TLS uint8_t tls_is_collector; /* samprof's collector thread */
+static SAMPLER_TLS int tls_perf_fd = -1;    /* perf fd whose period is set */
+static SAMPLER_TLS uint64_t tls_perf_profile; /* ... in this profile */
 
 typedef struct {
     int32_t tid;
@@ -66,6 +68,9 @@ typedef struct {
     _Atomic uint64_t *own_timer; /* bitmap by tid; registry writes, handler reads */
     size_t own_timer_bits;
     uint32_t itimer_weight;  /* periods per ITIMER_PROF sample */
+    uint64_t itimer_interval_ns; /* its interval */
+    int itimer_armed;        /* ITIMER_PROF runs (registry lock) */
+    uint64_t profile_id;     /* counts starts; tells TLS of old profiles */
     int itimer_only;         /* engine "itimer": every thread relies on it */
     _Atomic int64_t itimer_last_cpu; /* process CPU at the last ITIMER_PROF
                                         sample, for itimer_only weights */
@@ -220,6 +225,14 @@ sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
     case POLL_HUP:
     case POLL_IN:
         sampler_record(SAMPLER_SRC_PERF, 1, tid);
+        if (tls_perf_fd != info->si_fd || tls_perf_profile != S.profile_id) {
+            /* The first period was drawn at random (sampler_arm_perf);
+             * from now on use the real one. Once per thread. */
+            uint64_t period = S.cfg.period_ns;
+            ioctl(info->si_fd, PERF_EVENT_IOC_PERIOD, &period);
+            tls_perf_fd = info->si_fd;
+            tls_perf_profile = S.profile_id;
+        }
         /* The event disabled itself after one overflow; re-arm it. */
         ioctl(info->si_fd, PERF_EVENT_IOC_REFRESH, 1);
         break;
@@ -260,6 +273,9 @@ sampler_after_fork_child(void)
      * were inherited and are closed. Memory is abandoned, not freed: the
      * child never wrote it, so it costs nothing but address space. */
     tls_tid = 0;
+    /* Held across fork() by sampler_before_fork: fresh in the child. */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&S.registry_lock, &fresh, sizeof(fresh));
     if (!S.installed) {
         return;
     }
@@ -277,8 +293,6 @@ sampler_after_fork_child(void)
     S.own_timer = NULL;
     S.own_timer_bits = 0;
     memset(&S.ring, 0, sizeof(S.ring));
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    memcpy(&S.registry_lock, &fresh, sizeof(fresh));
 }
 
 /* ---------------------------- end of signal context ------------------- */
@@ -311,14 +325,14 @@ sampler_random(void)
 }
 
 static int
-sampler_open_perf(int32_t tid, int exclude_kernel)
+sampler_open_perf(int32_t tid, int exclude_kernel, uint64_t first_period)
 {
     struct perf_event_attr attr;
     memset(&attr, 0, sizeof(attr));
     attr.size = sizeof(attr);
     attr.type = PERF_TYPE_SOFTWARE;
     attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = S.cfg.period_ns;
+    attr.sample_period = first_period;
     attr.disabled = 1;
     attr.exclude_kernel = (unsigned)exclude_kernel;
     attr.exclude_hv = 1;
@@ -331,13 +345,21 @@ sampler_open_perf(int32_t tid, int exclude_kernel)
 static int
 sampler_arm_perf(sampler_thread_t *th)
 {
-    int fd = sampler_open_perf(th->tid, S.perf_exclude_kernel);
+    /* As for POSIX timers, the first period is drawn in (0, period] so
+     * threads that live shorter than a period are sampled in proportion;
+     * the handler sets the real period at the first overflow. The kernel
+     * runs the task clock's timer at 10 us at the fastest. */
+    uint64_t first = 1 + sampler_random() % S.cfg.period_ns;
+    if (first < 10000) {
+        first = S.cfg.period_ns < 10000 ? S.cfg.period_ns : 10000;
+    }
+    int fd = sampler_open_perf(th->tid, S.perf_exclude_kernel, first);
     if (fd < 0 && (errno == EACCES || errno == EPERM)
         && !S.perf_exclude_kernel) {
         /* perf_event_paranoid >= 2 allows user-space counting only; system
          * time inside the thread then goes unsampled. */
         S.perf_exclude_kernel = 1;
-        fd = sampler_open_perf(th->tid, 1);
+        fd = sampler_open_perf(th->tid, 1, first);
     }
     if (fd < 0) {
         return -1;
@@ -396,6 +418,29 @@ sampler_arm_timer(sampler_thread_t *th)
     return 0;
 }
 
+/* Starts the process-wide ITIMER_PROF, once, for threads that have no
+ * timer of their own. Only when needed: its signal goes to whichever
+ * thread does not block SIGPROF, and when the running thread does (a
+ * library's worker, or any thread inside our handler) that can be a thread
+ * blocked in poll() or nanosleep(), which then fails with EINTR. Seen with
+ * engine="timer" when it was always armed. ITIMER_PROF only raises
+ * SIGPROF, so with another signal there is no such fallback. */
+static void
+sampler_arm_itimer_unlocked(void)
+{
+    if (S.itimer_armed || S.cfg.signum != SIGPROF || S.cfg.user_only) {
+        return;
+    }
+    struct itimerval it;
+    it.it_interval.tv_sec = (time_t)(S.itimer_interval_ns / 1000000000ULL);
+    it.it_interval.tv_usec =
+        (suseconds_t)(S.itimer_interval_ns % 1000000000ULL / 1000);
+    it.it_value = it.it_interval;
+    if (setitimer(ITIMER_PROF, &it, NULL) == 0) {
+        S.itimer_armed = 1;
+    }
+}
+
 static void
 sampler_arm_unlocked(sampler_thread_t *th)
 {
@@ -415,6 +460,7 @@ sampler_arm_unlocked(sampler_thread_t *th)
     }
     /* Neither: the process-wide ITIMER_PROF covers this thread. */
     S.armed[SAMPLER_SRC_ITIMER]++;
+    sampler_arm_itimer_unlocked();
     return;
 armed:
     S.armed[th->source]++;
@@ -437,6 +483,47 @@ sampler_disarm_unlocked(sampler_thread_t *th)
     }
 }
 
+/* Marks tid as seen in generation gen, arming it if it is new.
+ * Returns 0, or -1 when out of memory. Caller holds the registry lock. */
+static int
+sampler_register_unlocked(int32_t tid, uint64_t gen)
+{
+    uint64_t idx;
+    if (htab_get(&S.threads_index, &tid, sizeof(tid), &idx)) {
+        S.threads[idx].seen = gen;
+        return 0;
+    }
+    if (S.n_threads == S.cap_threads) {
+        size_t cap = S.cap_threads ? S.cap_threads * 2 : 64;
+        sampler_thread_t *t = realloc(S.threads, cap * sizeof(*t));
+        if (t == NULL) {
+            return -1;
+        }
+        S.threads = t;
+        S.cap_threads = cap;
+    }
+    if (htab_put(&S.threads_index, &tid, sizeof(tid), S.n_threads) < 0) {
+        return -1;
+    }
+    sampler_thread_t *th = &S.threads[S.n_threads++];
+    th->tid = tid;
+    th->seen = gen;
+    sampler_arm_unlocked(th);
+    return 0;
+}
+
+void
+sampler_arm_this_thread(void)
+{
+    pthread_mutex_lock(&S.registry_lock);
+    if (S.installed) {
+        /* Seen in the current generation: the next scan keeps it. */
+        (void)sampler_register_unlocked((int32_t)syscall(SYS_gettid),
+                                        S.generation);
+    }
+    pthread_mutex_unlock(&S.registry_lock);
+}
+
 void
 sampler_scan_threads(void)
 {
@@ -455,27 +542,9 @@ sampler_scan_threads(void)
             continue;
         }
         int32_t tid = (int32_t)strtol(ent->d_name, NULL, 10);
-        uint64_t idx;
-        if (htab_get(&S.threads_index, &tid, sizeof(tid), &idx)) {
-            S.threads[idx].seen = gen;
-            continue;
-        }
-        if (S.n_threads == S.cap_threads) {
-            size_t cap = S.cap_threads ? S.cap_threads * 2 : 64;
-            sampler_thread_t *t = realloc(S.threads, cap * sizeof(*t));
-            if (t == NULL) {
-                break; /* the thread stays on ITIMER_PROF */
-            }
-            S.threads = t;
-            S.cap_threads = cap;
-        }
-        if (htab_put(&S.threads_index, &tid, sizeof(tid), S.n_threads) < 0) {
+        if (sampler_register_unlocked(tid, gen) < 0) {
             break;
         }
-        sampler_thread_t *th = &S.threads[S.n_threads++];
-        th->tid = tid;
-        th->seen = gen;
-        sampler_arm_unlocked(th);
     }
     closedir(dir);
     /* Threads gone from /proc exited: free their timers before the kernel
@@ -577,9 +646,10 @@ sampler_start(const sampler_config_t *cfg)
     if (cfg->engine == SAMPLER_ENGINE_PERF) {
         /* A forced engine must exist: probe it on this thread. */
         int fd = sampler_open_perf((int32_t)syscall(SYS_gettid),
-                                   cfg->user_only);
+                                   cfg->user_only, cfg->period_ns);
         if (fd < 0 && !cfg->user_only) {
-            fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 1);
+            fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 1,
+                                   cfg->period_ns);
         }
         if (fd < 0) {
             int err = errno;
@@ -605,6 +675,9 @@ sampler_start(const sampler_config_t *cfg)
     S.itimer_weight =
         (uint32_t)((interval + cfg->period_ns / 2) / cfg->period_ns);
     interval = S.itimer_weight * cfg->period_ns;
+    S.itimer_interval_ns = interval;
+    S.itimer_armed = 0;
+    S.profile_id++;
     S.itimer_only = cfg->engine == SAMPLER_ENGINE_ITIMER;
     {
         struct timespec ts;
@@ -633,14 +706,10 @@ sampler_start(const sampler_config_t *cfg)
 
     sampler_scan_threads();
 
-    if (cfg->signum == SIGPROF && !cfg->user_only) {
-        /* ITIMER_PROF only ever raises SIGPROF. With another signal the
-         * per-thread timers are the only engines. */
-        struct itimerval it;
-        it.it_interval.tv_sec = (time_t)(interval / 1000000000ULL);
-        it.it_interval.tv_usec = (suseconds_t)(interval % 1000000000ULL / 1000);
-        it.it_value = it.it_interval;
-        setitimer(ITIMER_PROF, &it, NULL);
+    if (cfg->engine == SAMPLER_ENGINE_ITIMER) {
+        pthread_mutex_lock(&S.registry_lock);
+        sampler_arm_itimer_unlocked();
+        pthread_mutex_unlock(&S.registry_lock);
     }
     return 0;
 }
@@ -661,10 +730,11 @@ sampler_stop(void)
     }
     atomic_store(&S.active, 0);
     sampler_wait_handlers();
-    if (S.cfg.signum == SIGPROF && !S.cfg.user_only) {
+    if (S.itimer_armed) {
         struct itimerval zero;
         memset(&zero, 0, sizeof(zero));
         setitimer(ITIMER_PROF, &zero, NULL);
+        S.itimer_armed = 0;
     }
     pthread_mutex_lock(&S.registry_lock);
     for (size_t i = 0; i < S.n_threads; i++) {

@@ -79,6 +79,11 @@ void sampler_stop(void);
  * exited. Called by the collector thread (no GIL needed) and by start. */
 void sampler_scan_threads(void);
 
+/* Arms the calling thread now rather than at the next scan, so a thread
+ * that lives shorter than the scan interval is still sampled. Called by
+ * new Python threads as they start. Not signal context. */
+void sampler_arm_this_thread(void);
+
 /* The sample ring (valid between start and the caller's ring_free). */
 ring_t *sampler_ring(void);
 

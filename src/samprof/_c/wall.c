@@ -32,7 +32,9 @@ typedef struct {
     int64_t last_cpu;    /* thread CPU at the previous tick, -1 unknown */
     int64_t walked_cpu;  /* thread CPU when `stack` was read, -1 never */
     int64_t gc_ns;       /* wall time already charged to <gc> */
-    int named;           /* its threading.Thread name was recorded */
+    int named;           /* its threading.Thread name was recorded, or we
+                            gave up looking (not a threading.Thread) */
+    int identify_tries;  /* lookups so far */
     int split;           /* on-CPU time comes from the CPU sampler */
     int64_t off_carry;   /* off-CPU ns owed (negative: CPU clock ran ahead) */
     int64_t count_carry; /* off-CPU ns not yet turned into a whole count */
@@ -99,24 +101,22 @@ wall_thread_cpu(unsigned long ident)
     return wall_now_ns(clock);
 }
 
-/* Finds the threading.Thread of ts and records its native id (3.9 and
- * 3.10 keep none in the thread state) and its name in the profile, so
- * threads that end before the profile does are still named. GIL. */
+/* Finds the threading.Thread of the thread with pthread id ident and
+ * records its name in the profile, so threads that end before the profile
+ * does are still named. Returns its native id (tid if already known; 3.9
+ * and 3.10 keep none in the thread state). Runs Python code, which may
+ * let other threads run and end: no thread state may be held across it.
+ * GIL. */
 static int32_t
-wall_identify(PyThreadState *ts, int *named)
+wall_identify(unsigned long ident, int32_t tid, int *named)
 {
-#if PY_VERSION_HEX >= 0x030B0000
-    int32_t tid = (int32_t)ts->native_thread_id;
-#else
-    int32_t tid = 0;
-#endif
     PyObject *name = NULL;
     PyObject *modname = PyUnicode_FromString("threading");
     PyObject *threading = modname ? PyImport_GetModule(modname) : NULL;
     Py_XDECREF(modname);
     if (threading != NULL) {
         PyObject *active = PyObject_GetAttrString(threading, "_active");
-        PyObject *key = PyLong_FromUnsignedLong(ts->thread_id);
+        PyObject *key = PyLong_FromUnsignedLong(ident);
         PyObject *t = active && key && PyDict_Check(active)
                           ? PyDict_GetItem(active, key)
                           : NULL;
@@ -153,10 +153,21 @@ wall_identify(PyThreadState *ts, int *named)
     return tid;
 }
 
-/* The table entry for ts, created on first sight; NULL when out of memory.
- * GIL. */
-static wall_thread_t *
-wall_thread_for(PyThreadState *ts)
+static int32_t
+wall_native_id(PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    return (int32_t)ts->native_thread_id;
+#else
+    (void)ts;
+    return 0; /* learned by wall_identify_new_threads */
+#endif
+}
+
+/* The index of ts's table entry, created on first sight; -1 when out of
+ * memory. Runs no Python code. GIL. */
+static Py_ssize_t
+wall_thread_index(PyThreadState *ts)
 {
     struct {
         void *ts;
@@ -164,13 +175,13 @@ wall_thread_for(PyThreadState *ts)
     } key = {ts, ts->thread_id};
     uint64_t idx;
     if (htab_get(&W.index, &key, sizeof(key), &idx)) {
-        return &W.threads[idx];
+        return (Py_ssize_t)idx;
     }
     if (W.n_threads == W.cap_threads) {
         size_t cap = W.cap_threads ? W.cap_threads * 2 : 32;
         wall_thread_t *t = realloc(W.threads, cap * sizeof(*t));
         if (t == NULL) {
-            return NULL;
+            return -1;
         }
         W.threads = t;
         W.cap_threads = cap;
@@ -179,18 +190,48 @@ wall_thread_for(PyThreadState *ts)
     if (stack == NULL
         || htab_put(&W.index, &key, sizeof(key), W.n_threads) < 0) {
         free(stack);
-        return NULL;
+        return -1;
     }
-    wall_thread_t *th = &W.threads[W.n_threads++];
+    wall_thread_t *th = &W.threads[W.n_threads];
     memset(th, 0, sizeof(*th));
     th->ts = ts;
     th->ident = ts->thread_id;
-    th->tid = wall_identify(ts, &th->named);
+    th->tid = wall_native_id(ts);
     th->last_cpu = -1;
     th->walked_cpu = -1;
     th->stack = stack;
     W.stats.threads_seen++;
-    return th;
+    return (Py_ssize_t)W.n_threads++;
+}
+
+/* Names the threads not named yet (and, on 3.9/3.10, learns their native
+ * ids). Runs after a tick's walk over thread states, because the Python
+ * code it runs may let threads end. GIL. */
+static void
+wall_identify_new_threads(void)
+{
+    for (size_t i = 0; i < W.n_threads; i++) {
+        if (W.threads[i].named) {
+            continue;
+        }
+        struct {
+            void *ts;
+            unsigned long ident;
+        } key = {W.threads[i].ts, W.threads[i].ident};
+        int named = 0;
+        int32_t tid = wall_identify(key.ident, W.threads[i].tid, &named);
+        /* Python ran: the table may have changed; find the entry again. */
+        uint64_t idx;
+        if (!htab_get(&W.index, &key, sizeof(key), &idx)) {
+            continue;
+        }
+        /* A Thread appears in threading._active once it runs; a thread
+         * that never does is not a threading.Thread: stop looking. */
+        W.threads[idx].named = named || ++W.threads[idx].identify_tries >= 50;
+        if (tid != 0) {
+            W.threads[idx].tid = tid;
+        }
+    }
 }
 
 static void
@@ -270,10 +311,11 @@ wall_tick_unlocked(uint64_t ticks)
         if (ts == W.self_ts || (W.ignored != 0 && ts->thread_id == W.ignored)) {
             continue; /* samprof's own threads */
         }
-        wall_thread_t *th = wall_thread_for(ts);
-        if (th == NULL) {
+        Py_ssize_t idx = wall_thread_index(ts);
+        if (idx < 0) {
             continue;
         }
+        wall_thread_t *th = &W.threads[idx];
         th->seen = W.generation;
         int64_t cpu = wall_thread_cpu(th->ident);
         int64_t used = cpu >= 0 && th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
@@ -282,14 +324,6 @@ wall_tick_unlocked(uint64_t ticks)
         if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
             /* The thread ran since we last read its stack (or we never
              * did): read it again. Detached threads cannot change it now. */
-            if (!th->named) {
-                /* A new Thread registers itself in threading._active only
-                 * once it runs: look again. */
-                int32_t tid = wall_identify(ts, &th->named);
-                if (tid != 0) {
-                    th->tid = tid;
-                }
-            }
             uint16_t flags = 0;
             int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
             if (flags & RING_TORN) {
@@ -300,9 +334,10 @@ wall_tick_unlocked(uint64_t ticks)
             th->walked_cpu = cpu;
             W.stats.walks++;
         }
-        if (first) {
+        if (first || th->tid == 0) {
             /* How the thread spent the time before we first saw it is
-             * unknown: start accounting from here. */
+             * unknown: start accounting from here. (tid 0: its native id
+             * is learned after this tick, on 3.9 and 3.10.) */
             continue;
         }
         int64_t value = (int64_t)(ticks * W.period_ns);
@@ -354,6 +389,7 @@ wall_tick_unlocked(uint64_t ticks)
         W.stats.samples++;
     }
     wall_forget_unseen();
+    wall_identify_new_threads();
 }
 
 static int
@@ -519,10 +555,10 @@ wall_running(void)
 void
 wall_gc_begin(void)
 {
-    if (!W.running || W.gc_ts != NULL) {
-        return;
-    }
     PyThreadState *ts = PyThreadState_Get();
+    if (!W.running || W.gc_ts != NULL || ts == W.self_ts) {
+        return; /* (a collection in the sampler itself is its own cost) */
+    }
     uint16_t flags = RING_IN_GC;
     int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
     if (flags & RING_TORN) {
@@ -549,10 +585,11 @@ wall_gc_end(void)
     atomic_store(&W.gc_active, 0);
     PyThreadState *ts = W.gc_ts;
     W.gc_ts = NULL;
-    wall_thread_t *th = wall_thread_for(ts);
-    if (th == NULL) {
+    Py_ssize_t idx = wall_thread_index(ts);
+    if (idx < 0) {
         return;
     }
+    wall_thread_t *th = &W.threads[idx];
     th->seen = W.generation;
     if (!W.on_cpu_sampler || !th->split) {
         /* The sampler accounts this interval to the thread at its next

@@ -1,0 +1,74 @@
+"""Deep recursion, small thread stacks and small alternate signal stacks
+(DESIGN.md §2, §11): the signal handler's frame must fit wherever it lands,
+and the frame walk must stay bounded. Deep stacks are cut at max_depth and
+say so with a visible <truncated> frame. Runs under ASan in
+`make test-sanitize`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from conftest import check_profile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scripts"))
+
+import reliability_helpers as rh  # noqa: E402
+
+
+def _names(view):
+    return {f[0] for frames, _, _ in view.samples() for f in frames}
+
+
+@pytest.mark.parametrize(
+    "mode, hz, max_depth",
+    [("cpu", 5000, 256), ("wall", 5000, 256), ("cpu", 1000, 4096)],
+)
+def test_deep_recursion_is_truncated_visibly(tmp_path, mode, hz, max_depth):
+    out = tmp_path / "deep.pb.gz"
+    proc = rh.run_script(
+        "deep_stacks.py", "recursion", mode, str(hz), str(max_depth), str(out), timeout=180
+    )
+    result = rh.last_json(proc.stdout)
+    assert result["depth"] == 50_000, result
+    assert result["truncated"] > 0, result
+    view = check_profile(out.read_bytes())
+    deep = []
+    for frames, _, _ in view.samples():
+        names = [f[0] for f in frames if f[0] != "<gc>"]
+        if any(n.endswith("deep_recursion_leaf") for n in names[:3]):
+            deep.append(names)
+    assert deep, "no sample of the innermost frames"
+    for names in deep:
+        # Leaf first: max_depth frames, then the marker where the root part
+        # was cut.
+        assert names[-1] == "<truncated>", names[-5:]
+        body = names[:-1]
+        assert len(body) == max_depth, (len(body), names[:4])
+        first = next(i for i, n in enumerate(body) if n.endswith("deep_recursion"))
+        assert all(n.endswith("deep_recursion") for n in body[first:]), body[: first + 3]
+
+
+@pytest.mark.parametrize("mode", ["cpu", "wall"])
+def test_threads_with_64k_stacks(tmp_path, mode):
+    out = tmp_path / "small.pb.gz"
+    proc = rh.run_script("deep_stacks.py", "small-stacks", mode, "5000", str(out), timeout=120)
+    assert rh.last_json(proc.stdout)["finished"] == 4
+    view = check_profile(out.read_bytes())
+    assert any(n.endswith("small_stack_work") for n in _names(view))
+
+
+def test_signal_on_a_small_alternate_stack(tmp_path):
+    lib = rh.native_library()
+    out = tmp_path / "altstack.pb.gz"
+    proc = rh.run_script("deep_stacks.py", "altstack", lib._name, "5000", str(out), timeout=120)
+    result = rh.last_json(proc.stdout)
+    # The library's handler ran on its alternate stack every time, and
+    # samprof's signals landed in it: the thread was sampled meanwhile.
+    assert result["ran_on_altstack"] == [10], result
+    view = check_profile(out.read_bytes())
+    cpu = view.by_function("cpu")
+    on_altstack = sum(v for name, v in cpu.items() if name.endswith("altstack.<locals>.run"))
+    on_altstack += cpu.get("run", 0)
+    assert on_altstack > 0.2 * 0.5e9, cpu

@@ -1,0 +1,75 @@
+"""samprof's memory stays bounded (DESIGN.md §2, docs/safety.md): the
+stack table stops at max_stacks and counts what it turns away; starting and
+stopping thousands of times leaks neither memory, descriptors, threads nor
+timers."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from conftest import SANITIZED, check_profile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scripts"))
+
+import reliability_helpers as rh  # noqa: E402
+
+FULL = "<samprof: stack table full>"
+
+
+def _env():
+    """The child's environment; under ASan, freed memory goes back to the
+    allocator at once instead of into the quarantine (256 MB by default),
+    so that RSS measures what is still in use."""
+    env = rh.child_env()
+    if SANITIZED:
+        env["ASAN_OPTIONS"] = ":".join(
+            filter(None, [env.get("ASAN_OPTIONS"), "quarantine_size_mb=0"])
+        )
+    return env
+
+
+@pytest.mark.parametrize("mode, hz", [("wall", 2000), ("cpu", 5000)])
+def test_stack_table_cap(tmp_path, mode, hz):
+    cap = 1000
+    out = tmp_path / "cap.pb.gz"
+    proc = rh.run_script(
+        "memory_caps.py", "stacks", mode, str(hz), str(cap), "2000", str(out), env=_env()
+    )
+    result = rh.last_json(proc.stdout)
+    if result["samples"] < 1.5 * cap:
+        pytest.skip(f"{result['samples']} samples ({result['engine']}) cannot fill the table")
+    view = check_profile(out.read_bytes())
+    full = [(frames, values) for frames, _, values in view.samples() if frames[0][0] == FULL]
+    # Past the cap every new stack goes to one overflow stack per thread
+    # (and label set): the table holds the cap plus those few.
+    assert len(view.msg.sample) <= cap + 10, len(view.msg.sample)
+    overflowed = result["dropped"]["stack_table_full"]
+    assert overflowed > 0, result
+    assert full, "no <samprof: stack table full> frame"
+    assert all(len(frames) == 1 for frames, _ in full)
+    assert sum(values[0] for _, values in full) == overflowed
+    # Nothing is lost: every sample is in the profile, in its own stack or
+    # in the overflow one.
+    counted = sum(values[0] for _, _, values in view.samples())
+    if mode == "cpu":
+        assert counted == result["samples"] + sum(
+            n for k, n in result["dropped"].items() if k in ("buffer_full", "torn")
+        )
+    assert result["rss_grown_kib"] < 64 * 1024, result
+
+
+def test_start_stop_ten_thousand_times():
+    cycles = 1000 if SANITIZED else 10_000
+    proc = rh.run_script("memory_caps.py", "cycles", str(cycles), timeout=600, env=_env())
+    result = rh.last_json(proc.stdout)
+    base, end = result["base"], result["end"]
+    grown = end["rss_kib"] - base["rss_kib"]
+    # The sanitizer's allocator keeps more for itself.
+    slack = 8 * 1024 if SANITIZED else 4 * 1024
+    assert grown < slack, f"VmRSS grew by {grown} KiB over {cycles} start/stop cycles: {result}"
+    assert end["fds"] == base["fds"], result
+    assert end["timers"] == base["timers"] == 0, result
+    # The churner thread may be between two of its threads.
+    assert abs(end["threads"] - base["threads"]) <= 1, result
