@@ -192,9 +192,10 @@ format: ## Rewrite Python (ruff format) and C (clang-format) in place.
 	fi
 
 .PHONY: deps
-deps: ## Install missing system tools (Go, for `go tool pprof`) with apt.
+deps: ## Install missing system tools (Go for `go tool pprof`, valgrind) with apt.
 	@missing=; \
 	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
+	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null \
 	    || missing="$$missing python3-venv"; \
 	$(PYTHON) -c 'import os, sysconfig; \
