@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collect.h"
 #include "labels.h"
@@ -24,8 +25,12 @@
 #include "sampler.h"
 #include "wall.h"
 
-/* How often the CPU collector drains the ring and rescans threads. */
-#define MODULE_COLLECT_INTERVAL_NS 10000000L
+/* How often the collector drains the ring and rescans threads: an eighth
+ * of the time the ring takes to fill with every CPU busy, within these
+ * bounds. Each round takes the GIL, so at low rates it runs rarely (new
+ * threading.Threads arm themselves; the rescan is for the others). */
+#define MODULE_COLLECT_MIN_NS 10000000L
+#define MODULE_COLLECT_MAX_NS 100000000L
 
 typedef enum { MODULE_CPU, MODULE_WALL } module_mode_t;
 
@@ -33,6 +38,7 @@ typedef struct {
     int running;              /* between start and stop. GIL */
     module_mode_t mode;       /* GIL */
     int hz;                   /* GIL */
+    long collect_interval_ns; /* collector round period */
     int sampling;             /* the signal sampler runs (CPU mode, and wall
                                  mode's on-CPU part where perf exists) */
     sampler_config_t cfg;     /* GIL */
@@ -83,7 +89,7 @@ module_collector_main(void *arg)
     while (!M.collector_stop) {
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_nsec += MODULE_COLLECT_INTERVAL_NS;
+        deadline.tv_nsec += M.collect_interval_ns;
         if (deadline.tv_nsec >= 1000000000L) {
             deadline.tv_sec++;
             deadline.tv_nsec -= 1000000000L;
@@ -208,6 +214,16 @@ module_start(PyObject *self, PyObject *args)
     M.cfg.ring_slots = slots < 256 ? 256 : slots > 8192 ? 8192 : slots;
     M.mode = m;
     M.hz = hz;
+    {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        double fill_s = (double)M.cfg.ring_slots
+                        / ((double)hz * (double)(cpus > 0 ? cpus : 1));
+        long interval = (long)(fill_s / 8 * 1e9);
+        M.collect_interval_ns =
+            interval < MODULE_COLLECT_MIN_NS   ? MODULE_COLLECT_MIN_NS
+            : interval > MODULE_COLLECT_MAX_NS ? MODULE_COLLECT_MAX_NS
+                                               : interval;
+    }
 
     if (collect_init((uint32_t)max_depth, M.cfg.period_ns, hidden_file,
                      labels_registry(), (size_t)max_samples) < 0) {
