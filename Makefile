@@ -161,10 +161,12 @@ test-sanitize: ## Run the tests against an ASan+UBSan build (venv .venv-asan).
 	.venv-asan/bin/$(PYTEST)
 
 .PHONY: bench
-bench: ## Run the benchmarks (python -m benchmarks, venv .venv).
-	$(call make_venv,.venv,$(PYTHON))
-	$(call install_package,.venv,)
-	.venv/bin/python -m benchmarks $(BENCH_ARGS)
+bench: ## Run the benchmarks and rewrite docs/benchmarks.md (python -m benchmarks; venv .venv-bench).
+	$(PYTHON) -m benchmarks --out docs/benchmarks.md --plot docs/benchmarks-overhead.png $(BENCH_ARGS)
+
+.PHONY: bench-smoke
+bench-smoke: ## One short benchmark iteration (samprof and the stdlib only), so the harness keeps working.
+	$(PYTHON) -m benchmarks --quick --out build/bench-smoke/benchmarks.md --plot build/bench-smoke/overhead.png
 
 .PHONY: lint
 lint: ## ruff check + ruff format --check; clang-format on the C if installed.
@@ -217,9 +219,9 @@ deps: ## Install missing system tools (Go for `go tool pprof`, valgrind) with ap
 
 # THE test command (README, .ci/run): every stage CI runs, in order
 # (test-all spelled out, so .ci/run times each Python).
-CHECK_STAGES := deps lint $(addprefix test-,$(PYTHON_VERSIONS)) test-sanitize
+CHECK_STAGES := deps lint $(addprefix test-,$(PYTHON_VERSIONS)) test-sanitize bench-smoke
 .PHONY: check
-check: $(CHECK_STAGES) ## Everything CI runs: deps, lint, test-all, test-sanitize.
+check: $(CHECK_STAGES) ## Everything CI runs: deps, lint, test-all, test-sanitize, bench-smoke.
 
 .PHONY: print-check-stages
 print-check-stages:
