@@ -17,18 +17,18 @@
 #define COLLECT_DRAIN_SPIN_LIMIT 1000000
 
 typedef struct {
-    int active;               /* between init and free */
+    int active; /* between init and free */
     profile_t profile;
     symbols_t symbols;
     uint32_t max_depth;
     uint64_t period_ns;
-    uint32_t *stack;          /* scratch: one sample's location ids */
-    ring_t *ring;             /* drained on code death, or NULL */
-    int draining;             /* re-entrancy guard */
-    uint64_t truncated;       /* samples cut at max_depth */
-    uint64_t unknown_frames;  /* frames that could not be symbolized */
-    PyObject *labelsets;      /* registered label sets (borrowed) */
-    int wall_mode;            /* ring samples are a wall profile's on-CPU part */
+    uint32_t *stack;         /* scratch: one sample's location ids */
+    ring_t *ring;            /* drained on code death, or NULL */
+    int draining;            /* re-entrancy guard */
+    uint64_t truncated;      /* samples cut at max_depth */
+    uint64_t unknown_frames; /* frames that could not be symbolized */
+    PyObject *labelsets;     /* registered label sets (borrowed) */
+    int wall_mode; /* ring samples are a wall profile's on-CPU part */
 } collect_state_t;
 
 /* Global for the same reason as the sampler's: the code-object death hook
@@ -118,8 +118,8 @@ collect_stack_unlocked(const ring_frame_t *frames, uint16_t depth,
         out[n++] = profile_pseudo(p, "<gc>");
     }
     for (uint16_t i = 0; i < depth && i < C.max_depth; i++) {
-        uint32_t loc = symbols_location(&C.symbols, frames[i].code,
-                                        frames[i].offset);
+        uint32_t loc =
+            symbols_location(&C.symbols, frames[i].code, frames[i].offset);
         if (loc == SYMBOLS_HIDDEN) {
             continue;
         }
@@ -204,8 +204,7 @@ collect_drain_unlocked(ring_t *r, int wait_for_writers)
                                                 slot->flags, C.stack);
             collect_add_unlocked(C.stack, n, slot->tid, slot->labels,
                                  C.wall_mode ? collect_state_string(1) : 0, 1,
-                                 (int64_t)slot->weight
-                                     * (int64_t)C.period_ns);
+                                 (int64_t)slot->weight * (int64_t)C.period_ns);
         }
         ring_release(r, slot);
     }
@@ -267,9 +266,8 @@ collect_threading_names(void)
     Py_XDECREF(modname);
     if (threading != NULL) {
         PyObject *active = PyObject_GetAttrString(threading, "_active");
-        PyObject *values = active && PyDict_Check(active)
-                               ? PyDict_Values(active)
-                               : NULL;
+        PyObject *values =
+            active && PyDict_Check(active) ? PyDict_Values(active) : NULL;
         if (values != NULL) {
             for (Py_ssize_t j = 0; j < PyList_GET_SIZE(values); j++) {
                 PyObject *t = PyList_GET_ITEM(values, j);

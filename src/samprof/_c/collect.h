@@ -22,10 +22,9 @@
 #define COLLECT_MAX_SAMPLES 100000
 
 /* Prepares an empty profile. hidden_file is a tuple of samprof's own file
- * names (their frames are left out); labelsets is the list of registered label sets
- * (borrowed, must outlive the profile); max_samples caps distinct samples.
- * Returns 0, or -1 with an exception
- * set. Caller holds the GIL. */
+ * names (their frames are left out); labelsets is the list of registered label
+ * sets (borrowed, must outlive the profile); max_samples caps distinct
+ * samples. Returns 0, or -1 with an exception set. Caller holds the GIL. */
 int collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
                  PyObject *labelsets, size_t max_samples);
 /* Frees the profile and stops watching code objects. GIL. */

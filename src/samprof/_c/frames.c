@@ -42,8 +42,7 @@ frames_is_code(const void *p)
 
 /* 3.9 and 3.10: a linked list of PyFrameObject through f_back. */
 int
-frames_walk(PyThreadState *tstate, ring_frame_t *out, int max,
-            uint16_t *flags)
+frames_walk(PyThreadState *tstate, ring_frame_t *out, int max, uint16_t *flags)
 {
     PyFrameObject *f = tstate->frame;
     int n = 0;
@@ -59,8 +58,8 @@ frames_walk(PyThreadState *tstate, ring_frame_t *out, int max,
         out[n].code = f->f_code;
 #if PY_VERSION_HEX >= 0x030A0000
         /* 3.10 counts f_lasti in code units. */
-        out[n].offset = f->f_lasti < 0 ? -1
-                                       : f->f_lasti * (int)sizeof(_Py_CODEUNIT);
+        out[n].offset =
+            f->f_lasti < 0 ? -1 : f->f_lasti * (int)sizeof(_Py_CODEUNIT);
 #else
         out[n].offset = f->f_lasti;
 #endif
@@ -127,8 +126,7 @@ frames_skip(_PyInterpreterFrame *f, PyCodeObject *code)
 }
 
 int
-frames_walk(PyThreadState *tstate, ring_frame_t *out, int max,
-            uint16_t *flags)
+frames_walk(PyThreadState *tstate, ring_frame_t *out, int max, uint16_t *flags)
 {
     _PyInterpreterFrame *f = frames_top(tstate);
     int n = 0, skipped = 0;

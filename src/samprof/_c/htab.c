@@ -108,8 +108,8 @@ htab_resize(htab_t *t, size_t new_cap)
     t->filled = t->used;
     for (size_t i = 0; i < old_cap; i++) {
         if (old[i].hash > HTAB_DELETED) {
-            htab_entry_t *e = htab_find(t, old[i].hash, old[i].key,
-                                        old[i].key_len, NULL);
+            htab_entry_t *e =
+                htab_find(t, old[i].hash, old[i].key, old[i].key_len, NULL);
             *e = old[i];
         }
     }
@@ -136,8 +136,8 @@ htab_put(htab_t *t, const void *key, size_t len, uint64_t value)
 {
     if ((t->filled + 1) * 4 >= t->capacity * 3) {
         /* Mostly tombstones: rehash in place at the same size. */
-        size_t cap = t->used * 2 >= t->capacity / 2 ? t->capacity * 2
-                                                     : t->capacity;
+        size_t cap =
+            t->used * 2 >= t->capacity / 2 ? t->capacity * 2 : t->capacity;
         if (htab_resize(t, cap) < 0) {
             return -1;
         }

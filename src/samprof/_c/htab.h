@@ -10,9 +10,9 @@
 #include <stdint.h>
 
 typedef struct {
-    uint64_t hash;     /* 0 = empty, 1 = deleted, else hash | 2 */
-    uint32_t key_len;  /* bytes in key */
-    uint8_t *key;      /* malloc'ed copy of the key */
+    uint64_t hash;    /* 0 = empty, 1 = deleted, else hash | 2 */
+    uint32_t key_len; /* bytes in key */
+    uint8_t *key;     /* malloc'ed copy of the key */
     uint64_t value;
 } htab_entry_t;
 
@@ -30,9 +30,11 @@ int htab_init(htab_t *t, size_t capacity_hint);
 void htab_free(htab_t *t);
 /* Removes every entry, keeping the allocation. */
 void htab_clear(htab_t *t);
-/* Looks key up. Returns 1 and stores the value in *value when found, else 0. */
+/* Looks key up. Returns 1 and stores the value in *value when found, else 0.
+ */
 int htab_get(const htab_t *t, const void *key, size_t len, uint64_t *value);
-/* Inserts or replaces. Returns 0, or -1 when out of memory (table unchanged). */
+/* Inserts or replaces. Returns 0, or -1 when out of memory (table unchanged).
+ */
 int htab_put(htab_t *t, const void *key, size_t len, uint64_t value);
 /* Removes key if present. Returns 1 when it was present, else 0. */
 int htab_del(htab_t *t, const void *key, size_t len);

@@ -14,10 +14,9 @@
 #define LABELS_INLINE_DEPTH 4
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *pairs;     /* tuple of (key, value) in call order */
+    PyObject_HEAD PyObject *pairs; /* tuple of (key, value) in call order */
     uint32_t saved[LABELS_INLINE_DEPTH]; /* outer ids, innermost last */
-    int depth;           /* entries currently active */
+    int depth;                           /* entries currently active */
     PyObject *overflow;  /* list of outer ids beyond LABELS_INLINE_DEPTH */
     uint32_t last_outer; /* one-entry merge cache: outer id ... */
     uint32_t last_id;    /* ... and the merged id (0 = empty cache) */
@@ -94,7 +93,8 @@ labels_merge(uint32_t outer, PyObject *pairs)
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outer_pairs); i++) {
             PyObject *kv = PyTuple_GET_ITEM(outer_pairs, i);
             if (PyDict_SetItem(merged, PyTuple_GET_ITEM(kv, 0),
-                               PyTuple_GET_ITEM(kv, 1)) < 0) {
+                               PyTuple_GET_ITEM(kv, 1))
+                < 0) {
                 goto done;
             }
         }
@@ -102,7 +102,8 @@ labels_merge(uint32_t outer, PyObject *pairs)
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pairs); i++) {
         PyObject *kv = PyTuple_GET_ITEM(pairs, i);
         if (PyDict_SetItem(merged, PyTuple_GET_ITEM(kv, 0),
-                           PyTuple_GET_ITEM(kv, 1)) < 0) {
+                           PyTuple_GET_ITEM(kv, 1))
+            < 0) {
             goto done;
         }
     }
@@ -212,7 +213,8 @@ found:
         self->saved[self->depth] = outer;
     }
     else {
-        if (self->overflow == NULL && (self->overflow = PyList_New(0)) == NULL) {
+        if (self->overflow == NULL
+            && (self->overflow = PyList_New(0)) == NULL) {
             return NULL;
         }
         PyObject *v = PyLong_FromUnsignedLong(outer);
@@ -278,8 +280,7 @@ static PyGetSetDef labels_getset[] = {
 };
 
 static PyTypeObject labels_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "samprof._samprof.labels",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "samprof._samprof.labels",
     .tp_basicsize = sizeof(labels_object),
     .tp_dealloc = (destructor)labels_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,

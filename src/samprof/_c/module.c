@@ -44,7 +44,7 @@ typedef struct {
     sampler_config_t cfg;     /* GIL */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
-    int64_t start_cpu_ns;     /* process CPU time at start */
+    int64_t start_cpu_ns; /* process CPU time at start */
 
     /* CPU collector thread. wake_lock protects collector_stop. */
     pthread_t collector;
@@ -123,10 +123,8 @@ module_collector_stop(void)
     pthread_mutex_unlock(&M.wake_lock);
     if (M.collector_started) {
         /* The collector needs the GIL to finish its drain. */
-        Py_BEGIN_ALLOW_THREADS
-        pthread_join(M.collector, NULL);
-        Py_END_ALLOW_THREADS
-        M.collector_started = 0;
+        Py_BEGIN_ALLOW_THREADS pthread_join(M.collector, NULL);
+        Py_END_ALLOW_THREADS M.collector_started = 0;
     }
     pthread_cond_destroy(&M.wake_cond);
 }
@@ -226,7 +224,8 @@ module_start(PyObject *self, PyObject *args)
     }
 
     if (collect_init((uint32_t)max_depth, M.cfg.period_ns, hidden_file,
-                     labels_registry(), (size_t)max_samples) < 0) {
+                     labels_registry(), (size_t)max_samples)
+        < 0) {
         return NULL;
     }
     M.start_realtime_ns = module_clock_ns(CLOCK_REALTIME);
@@ -271,9 +270,9 @@ module_start(PyObject *self, PyObject *args)
         M.collector_started = 1;
     }
     if (m == MODULE_WALL) {
-        if (wall_start(M.cfg.period_ns, (uint32_t)max_depth,
-                       labels_dict_key(), sampling,
-                       sampling ? (unsigned long)M.collector : 0) < 0) {
+        if (wall_start(M.cfg.period_ns, (uint32_t)max_depth, labels_dict_key(),
+                       sampling, sampling ? (unsigned long)M.collector : 0)
+            < 0) {
             if (sampling) {
                 module_collector_stop();
                 sampler_stop();
@@ -338,7 +337,8 @@ module_cpu_stats(int64_t duration_ns, int64_t cpu_ns)
         (unsigned long long)armed[SAMPLER_SRC_ITIMER], "dropped",
         "buffer_full",
         (unsigned long long)atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]),
-        "torn", (unsigned long long)atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
+        "torn",
+        (unsigned long long)atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
         "stack_table_full", (unsigned long long)p->overflowed,
         "unknown_frames", (unsigned long long)collect_unknown_frames(),
         "truncated", (unsigned long long)collect_truncated(), "duration_ns",
@@ -373,17 +373,18 @@ module_wall_stats(int64_t duration_ns, int64_t cpu_ns)
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:{s:K,s:K,s:K,s:K},s:K,s:L,s:L,"
         "s:K,s:K,s:K,s:K,s:K}",
         "mode", "wall", "engine", M.sampling ? "wall+perf" : "wall",
-        "requested_hz", M.hz,
-        "effective_hz", effective, "samples", (unsigned long long)(w.samples + module_sampler_signals()),
-        "signals", (unsigned long long)module_sampler_signals(),
-        "threads_by_engine",
+        "requested_hz", M.hz, "effective_hz", effective, "samples",
+        (unsigned long long)(w.samples + module_sampler_signals()), "signals",
+        (unsigned long long)module_sampler_signals(), "threads_by_engine",
         "wall", (unsigned long long)w.threads_seen, "dropped", "buffer_full",
         (unsigned long long)(M.sampling ? atomic_load(
-                                 &sampler_counters()->dropped[SAMPLER_DROP_RING_FULL])
+                                 &sampler_counters()
+                                      ->dropped[SAMPLER_DROP_RING_FULL])
                                         : 0),
         "torn",
         (unsigned long long)(M.sampling ? atomic_load(
-                                 &sampler_counters()->dropped[SAMPLER_DROP_TORN])
+                                 &sampler_counters()
+                                      ->dropped[SAMPLER_DROP_TORN])
                                         : 0),
         "stack_table_full", (unsigned long long)p->overflowed,
         "unknown_frames", (unsigned long long)collect_unknown_frames(),
@@ -582,8 +583,7 @@ module_arm_this_thread(PyObject *self, PyObject *noargs)
     (void)self;
     (void)noargs;
     if (M.running && M.sampling) {
-        Py_BEGIN_ALLOW_THREADS
-        sampler_arm_this_thread();
+        Py_BEGIN_ALLOW_THREADS sampler_arm_this_thread();
         Py_END_ALLOW_THREADS
     }
     Py_RETURN_NONE;
@@ -734,7 +734,8 @@ PyInit__samprof(void)
             goto error;
         }
         if (pthread_atfork(sampler_before_fork, sampler_after_fork_parent,
-                           module_atfork_child) != 0) {
+                           module_atfork_child)
+            != 0) {
             PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
             goto error;
         }
@@ -748,7 +749,8 @@ PyInit__samprof(void)
         goto error;
     }
     PyObject *labels_type = labels_init_type();
-    if (labels_type == NULL || PyModule_AddObject(m, "labels", labels_type) < 0) {
+    if (labels_type == NULL
+        || PyModule_AddObject(m, "labels", labels_type) < 0) {
         Py_XDECREF(labels_type);
         goto error;
     }

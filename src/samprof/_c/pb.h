@@ -10,10 +10,10 @@
 #include <stdint.h>
 
 typedef struct {
-    uint8_t *data;   /* malloc'ed bytes */
-    size_t len;      /* bytes written */
-    size_t cap;      /* bytes allocated */
-    int failed;      /* set when an allocation failed; later writes no-op */
+    uint8_t *data; /* malloc'ed bytes */
+    size_t len;    /* bytes written */
+    size_t cap;    /* bytes allocated */
+    int failed;    /* set when an allocation failed; later writes no-op */
 } pb_buf_t;
 
 void pb_init(pb_buf_t *b);

@@ -37,11 +37,11 @@
 #define PPROF_LABEL_NUM 3 /* int64 */
 
 /* message Mapping */
-#define PPROF_MAPPING_ID 1                /* uint64 */
-#define PPROF_MAPPING_FILENAME 5          /* int64 (string id) */
-#define PPROF_MAPPING_HAS_FUNCTIONS 7     /* bool */
-#define PPROF_MAPPING_HAS_FILENAMES 8     /* bool */
-#define PPROF_MAPPING_HAS_LINE_NUMBERS 9  /* bool */
+#define PPROF_MAPPING_ID 1               /* uint64 */
+#define PPROF_MAPPING_FILENAME 5         /* int64 (string id) */
+#define PPROF_MAPPING_HAS_FUNCTIONS 7    /* bool */
+#define PPROF_MAPPING_HAS_FILENAMES 8    /* bool */
+#define PPROF_MAPPING_HAS_LINE_NUMBERS 9 /* bool */
 
 /* message Location */
 #define PPROF_LOCATION_ID 1         /* uint64 */
@@ -53,10 +53,10 @@
 #define PPROF_LINE_LINE 2        /* int64 */
 
 /* message Function */
-#define PPROF_FUNCTION_ID 1          /* uint64 */
-#define PPROF_FUNCTION_NAME 2        /* int64 (string id) */
-#define PPROF_FUNCTION_FILENAME 4    /* int64 (string id) */
-#define PPROF_FUNCTION_START_LINE 5  /* int64 */
+#define PPROF_FUNCTION_ID 1         /* uint64 */
+#define PPROF_FUNCTION_NAME 2       /* int64 (string id) */
+#define PPROF_FUNCTION_FILENAME 4   /* int64 (string id) */
+#define PPROF_FUNCTION_START_LINE 5 /* int64 */
 
 static uint32_t
 pprof_str(profile_t *p, const char *s)

@@ -12,7 +12,7 @@ typedef struct {
     int64_t period_ns;      /* nanoseconds per sampling period */
     int64_t time_nanos;     /* start, Unix epoch */
     int64_t duration_nanos;
-    const char **comments;  /* n_comments NUL-terminated strings */
+    const char **comments; /* n_comments NUL-terminated strings */
     size_t n_comments;
 } pprof_meta_t;
 

@@ -151,8 +151,8 @@ profile_location(profile_t *p, uint32_t function, int64_t line)
 uint32_t
 profile_pseudo(profile_t *p, const char *name)
 {
-    uint32_t fn = profile_function(p, profile_string(p, name, strlen(name)),
-                                   0, 0);
+    uint32_t fn =
+        profile_function(p, profile_string(p, name, strlen(name)), 0, 0);
     return fn ? profile_location(p, fn, 0) : 0;
 }
 
@@ -193,7 +193,8 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
         if (p->n_samples >= p->max_samples && stack != overflow_stack) {
             /* Past the cap every new stack is folded into one pseudo-frame
              * per thread, so the totals stay right and the loss shows. */
-            overflow_stack[0] = profile_pseudo(p, "<samprof: stack table full>");
+            overflow_stack[0] =
+                profile_pseudo(p, "<samprof: stack table full>");
             stack = overflow_stack;
             depth = 1;
             p->overflowed += (uint64_t)count;
@@ -201,7 +202,8 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
         }
         if (PROFILE_GROW(p->samples, p->cap_samples, p->n_samples + 1) < 0
             || PROFILE_GROW(p->stack_ids, p->cap_stack_ids,
-                            p->n_stack_ids + depth) < 0) {
+                            p->n_stack_ids + depth)
+                   < 0) {
             return -1;
         }
         idx = p->n_samples;
@@ -249,8 +251,8 @@ profile_labelset(profile_t *p, const profile_label_t *pairs, size_t n)
     if (PROFILE_GROW(p->labelsets, p->cap_labelsets, p->n_labelsets + 1) < 0) {
         return 0;
     }
-    if (PROFILE_GROW(p->label_pairs, p->cap_label_pairs,
-                     p->n_label_pairs + n) < 0) {
+    if (PROFILE_GROW(p->label_pairs, p->cap_label_pairs, p->n_label_pairs + n)
+        < 0) {
         return 0;
     }
     memcpy(p->label_pairs + p->n_label_pairs, pairs, n * sizeof(*pairs));

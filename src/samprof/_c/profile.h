@@ -13,8 +13,8 @@
 #include "htab.h"
 
 typedef struct {
-    uint32_t name;      /* string id */
-    uint32_t filename;  /* string id */
+    uint32_t name;     /* string id */
+    uint32_t filename; /* string id */
     int64_t start_line;
 } profile_function_t;
 
@@ -24,23 +24,23 @@ typedef struct {
 } profile_location_t;
 
 typedef struct {
-    uint32_t stack;     /* offset of the first location id in stack_ids */
-    uint32_t depth;     /* location ids, leaf first */
-    int32_t tid;        /* native thread id */
-    uint32_t labels;    /* label-set id, 0 = none */
-    uint32_t state;     /* string id of thread_state label (wall), 0 = none */
-    int64_t count;      /* samples */
-    int64_t value;      /* nanoseconds */
+    uint32_t stack;  /* offset of the first location id in stack_ids */
+    uint32_t depth;  /* location ids, leaf first */
+    int32_t tid;     /* native thread id */
+    uint32_t labels; /* label-set id, 0 = none */
+    uint32_t state;  /* string id of thread_state label (wall), 0 = none */
+    int64_t count;   /* samples */
+    int64_t value;   /* nanoseconds */
 } profile_sample_t;
 
 typedef struct {
     int32_t tid;
-    uint32_t name;     /* string id, 0 until resolved */
-    int resolved;      /* 1 once a name lookup was attempted */
+    uint32_t name; /* string id, 0 until resolved */
+    int resolved;  /* 1 once a name lookup was attempted */
 } profile_thread_t;
 
 typedef struct {
-    char *bytes;  /* malloc'ed, not NUL-terminated; NULL for "" */
+    char *bytes; /* malloc'ed, not NUL-terminated; NULL for "" */
     uint32_t len;
 } profile_string_t;
 

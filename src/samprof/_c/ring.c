@@ -25,7 +25,8 @@ ring_init(ring_t *r, size_t capacity, uint32_t max_depth)
     }
     memset(r, 0, sizeof(*r));
     r->stride = sizeof(ring_slot_t) + (size_t)max_depth * sizeof(ring_frame_t);
-    r->stride = (r->stride + 63) & ~(size_t)63; /* one slot per cache line run */
+    r->stride =
+        (r->stride + 63) & ~(size_t)63; /* one slot per cache line run */
     r->slots = aligned_alloc(64, cap * r->stride);
     if (r->slots == NULL) {
         return -1;
@@ -59,9 +60,9 @@ ring_claim(ring_t *r)
         uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
         int64_t dif = (int64_t)(seq - pos);
         if (dif == 0) {
-            if (atomic_compare_exchange_weak_explicit(
-                    &r->head, &pos, pos + 1, memory_order_relaxed,
-                    memory_order_relaxed)) {
+            if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed)) {
                 return s;
             }
             /* pos was reloaded by the failed CAS: retry. */

@@ -43,12 +43,12 @@ typedef struct {
 } ring_slot_t;
 
 typedef struct {
-    uint8_t *slots;         /* capacity * stride bytes, allocated at start */
-    size_t stride;          /* bytes per slot */
-    uint64_t mask;          /* capacity - 1, capacity a power of two */
-    uint32_t max_depth;     /* frames per slot */
-    _Atomic uint64_t head;  /* next position producers claim */
-    uint64_t tail;          /* next position the consumer reads; consumer only */
+    uint8_t *slots;        /* capacity * stride bytes, allocated at start */
+    size_t stride;         /* bytes per slot */
+    uint64_t mask;         /* capacity - 1, capacity a power of two */
+    uint32_t max_depth;    /* frames per slot */
+    _Atomic uint64_t head; /* next position producers claim */
+    uint64_t tail; /* next position the consumer reads; consumer only */
 } ring_t;
 
 /* Allocates capacity (rounded up to a power of two) slots of max_depth

@@ -45,11 +45,11 @@
 /* Thread-local state read by the handler. initial-exec, because the
  * general-dynamic model's first access can call malloc (DESIGN.md §2). */
 #define SAMPLER_TLS __thread __attribute__((tls_model("initial-exec")))
-static SAMPLER_TLS int32_t tls_tid;         /* cached gettid(), 0 = unknown */
-static SAMPLER_TLS uint32_t tls_labels;     /* active label set */
-static SAMPLER_TLS uint8_t tls_in_gc;       /* inside the cyclic GC */
+static SAMPLER_TLS int32_t tls_tid;          /* cached gettid(), 0 = unknown */
+static SAMPLER_TLS uint32_t tls_labels;      /* active label set */
+static SAMPLER_TLS uint8_t tls_in_gc;        /* inside the cyclic GC */
 static SAMPLER_TLS uint8_t tls_is_collector; /* samprof's collector thread */
-static SAMPLER_TLS int tls_perf_fd = -1;    /* perf fd whose period is set */
+static SAMPLER_TLS int tls_perf_fd = -1;     /* perf fd whose period is set */
 static SAMPLER_TLS uint64_t tls_perf_profile; /* ... in this profile */
 
 typedef struct {
@@ -64,18 +64,19 @@ typedef struct {
  * context pointer: it can only find its state through a global. */
 typedef struct {
     sampler_config_t cfg;
-    ring_t ring;             /* allocated at start; handlers write */
-    _Atomic int active;      /* handlers sample only while set */
-    _Atomic int in_handler;  /* handlers running now */
-    int installed;           /* our handler owns cfg.signum */
+    ring_t ring;                 /* allocated at start; handlers write */
+    _Atomic int active;          /* handlers sample only while set */
+    _Atomic int in_handler;      /* handlers running now */
+    int installed;               /* our handler owns cfg.signum */
     struct sigaction old_action; /* restored by stop */
-    _Atomic uint64_t *own_timer; /* bitmap by tid; registry writes, handler reads */
+    _Atomic uint64_t
+        *own_timer; /* bitmap by tid; registry writes, handler reads */
     size_t own_timer_bits;
-    uint32_t itimer_weight;  /* periods per ITIMER_PROF sample */
+    uint32_t itimer_weight;      /* periods per ITIMER_PROF sample */
     uint64_t itimer_interval_ns; /* its interval */
-    int itimer_armed;        /* ITIMER_PROF runs (registry lock) */
-    uint64_t profile_id;     /* counts starts; tells TLS of old profiles */
-    int itimer_only;         /* engine "itimer": every thread relies on it */
+    int itimer_armed;            /* ITIMER_PROF runs (registry lock) */
+    uint64_t profile_id;         /* counts starts; tells TLS of old profiles */
+    int itimer_only; /* engine "itimer": every thread relies on it */
     _Atomic int64_t itimer_last_cpu; /* process CPU at the last ITIMER_PROF
                                         sample, for itimer_only weights */
     int perf_exclude_kernel; /* 1 when perf_event_paranoid demanded it */
@@ -117,8 +118,8 @@ sampler_has_own_timer(int32_t tid)
     if (t >= S.own_timer_bits) {
         return 0;
     }
-    uint64_t w = atomic_load_explicit(&S.own_timer[t >> 6],
-                                      memory_order_relaxed);
+    uint64_t w =
+        atomic_load_explicit(&S.own_timer[t >> 6], memory_order_relaxed);
     return (int)((w >> (t & 63)) & 1);
 }
 
@@ -221,10 +222,9 @@ sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
         }
         /* Expirations folded into this signal: the tick-bound timer fired
          * late; weighting by them keeps CPU totals right. */
-        sampler_record(SAMPLER_SRC_TIMER,
-                       1 + (uint32_t)(info->si_overrun > 0 ? info->si_overrun
-                                                           : 0),
-                       tid);
+        sampler_record(
+            SAMPLER_SRC_TIMER,
+            1 + (uint32_t)(info->si_overrun > 0 ? info->si_overrun : 0), tid);
         break;
     case POLL_HUP:
     case POLL_IN:
@@ -458,8 +458,8 @@ sampler_arm_unlocked(sampler_thread_t *th)
      * tick. Every kernel ticks at 100 Hz or more, so at or below that rate
      * "auto" prefers the timer; above it, perf, which the tick cannot
      * limit. */
-    int timer_first = e == SAMPLER_ENGINE_AUTO
-                      && S.cfg.period_ns >= SAMPLER_TICK_SAFE_NS;
+    int timer_first =
+        e == SAMPLER_ENGINE_AUTO && S.cfg.period_ns >= SAMPLER_TICK_SAFE_NS;
     if (timer_first && sampler_arm_timer(th) == 0) {
         goto armed;
     }
@@ -626,10 +626,10 @@ sampler_start(const sampler_config_t *cfg)
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    int has_handler = (old.sa_flags & SA_SIGINFO)
-                          ? old.sa_sigaction != NULL
-                          : (old.sa_handler != SIG_DFL
-                             && old.sa_handler != SIG_IGN);
+    int has_handler =
+        (old.sa_flags & SA_SIGINFO)
+            ? old.sa_sigaction != NULL
+            : (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
     if (has_handler) {
         PyErr_Format(sampler_error,
                      "signal %d (%s) already has a handler installed by "

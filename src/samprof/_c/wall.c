@@ -46,36 +46,36 @@ typedef struct {
 typedef struct {
     uint64_t period_ns;
     uint32_t max_depth;
-    PyObject *labels_key;      /* borrowed */
-    int on_cpu_sampler;        /* sampler.c delivers on-CPU samples */
-    unsigned long ignored;     /* pthread id of samprof's collector, 0 */
+    PyObject *labels_key;  /* borrowed */
+    int on_cpu_sampler;    /* sampler.c delivers on-CPU samples */
+    unsigned long ignored; /* pthread id of samprof's collector, 0 */
     pthread_t thread;
-    int running;               /* GIL */
-    PyThreadState *self_ts;    /* the sampler's own thread state */
+    int running;            /* GIL */
+    PyThreadState *self_ts; /* the sampler's own thread state */
 
-    pthread_mutex_t lock;      /* protects stop */
-    pthread_cond_t cond;       /* signalled by wall_stop */
+    pthread_mutex_t lock; /* protects stop */
+    pthread_cond_t cond;  /* signalled by wall_stop */
     int stop;
 
     /* Sampled threads. GIL. */
     wall_thread_t *threads;
     size_t n_threads, cap_threads;
-    htab_t index;              /* (ts, ident) -> index */
+    htab_t index; /* (ts, ident) -> index */
     uint64_t generation;
-    ring_frame_t *frames;      /* scratch for frames_walk, max_depth */
+    ring_frame_t *frames; /* scratch for frames_walk, max_depth */
 
     /* GC in progress. gc_active is read by the sampler without the GIL to
      * skip a tick instead of waiting the whole collection for the GIL. */
     _Atomic int gc_active;
     _Atomic uint64_t skipped_ticks;
-    PyThreadState *gc_ts;      /* GIL */
-    int64_t gc_charged_ns;     /* GC time charged up to this instant. GIL */
-    int64_t gc_start_wall;     /* with the CPU sampler: when the GC began */
-    int64_t gc_start_cpu;      /* ... and the thread's CPU time then. GIL */
-    uint32_t gc_depth;         /* GIL */
-    uint32_t *gc_stack;        /* stack at GC start with <gc> on top. GIL */
+    PyThreadState *gc_ts;  /* GIL */
+    int64_t gc_charged_ns; /* GC time charged up to this instant. GIL */
+    int64_t gc_start_wall; /* with the CPU sampler: when the GC began */
+    int64_t gc_start_cpu;  /* ... and the thread's CPU time then. GIL */
+    uint32_t gc_depth;     /* GIL */
+    uint32_t *gc_stack;    /* stack at GC start with <gc> on top. GIL */
 
-    wall_stats_t stats;        /* GIL */
+    wall_stats_t stats; /* GIL */
 } wall_state_t;
 
 /* Global: the GC callbacks reach it without context. */
@@ -306,9 +306,10 @@ wall_tick_unlocked(uint64_t ticks)
     W.generation++;
     W.stats.ticks += ticks;
     PyInterpreterState *interp = W.self_ts->interp;
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
-         ts != NULL; ts = PyThreadState_Next(ts)) {
-        if (ts == W.self_ts || (W.ignored != 0 && ts->thread_id == W.ignored)) {
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        if (ts == W.self_ts
+            || (W.ignored != 0 && ts->thread_id == W.ignored)) {
             continue; /* samprof's own threads */
         }
         Py_ssize_t idx = wall_thread_index(ts);
@@ -342,8 +343,8 @@ wall_tick_unlocked(uint64_t ticks)
         }
         int64_t value = (int64_t)(ticks * W.period_ns);
         int on_cpu = used > 0;
-        int split = W.on_cpu_sampler && th->tid != 0
-                    && sampler_thread_armed(th->tid);
+        int split =
+            W.on_cpu_sampler && th->tid != 0 && sampler_thread_armed(th->tid);
         if (split) {
             /* Its on-CPU time arrives as signal samples taken where it
              * ran; this sample is only the rest of the interval. */
@@ -449,7 +450,8 @@ wall_main(void *arg)
         if (got > next) {
             /* Waiting for the GIL took whole periods: they are part of
              * this tick, not lost. */
-            uint64_t late = (uint64_t)((got - next) / (int64_t)W.period_ns) + 1;
+            uint64_t late =
+                (uint64_t)((got - next) / (int64_t)W.period_ns) + 1;
             ticks += late;
             next += (int64_t)(late * W.period_ns);
             W.stats.late_ticks += late;
@@ -528,10 +530,8 @@ wall_stop(void)
     W.stop = 1;
     pthread_cond_signal(&W.cond);
     pthread_mutex_unlock(&W.lock);
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(W.thread, NULL);
-    Py_END_ALLOW_THREADS
-    pthread_cond_destroy(&W.cond);
+    Py_BEGIN_ALLOW_THREADS pthread_join(W.thread, NULL);
+    Py_END_ALLOW_THREADS pthread_cond_destroy(&W.cond);
     for (size_t i = 0; i < W.n_threads; i++) {
         free(W.threads[i].stack);
     }
@@ -564,8 +564,8 @@ wall_gc_begin(void)
     if (flags & RING_TORN) {
         return;
     }
-    W.gc_depth = collect_stack_unlocked(W.frames, (uint16_t)depth, flags,
-                                        W.gc_stack);
+    W.gc_depth =
+        collect_stack_unlocked(W.frames, (uint16_t)depth, flags, W.gc_stack);
     W.gc_ts = ts;
     W.gc_charged_ns = wall_now_ns(CLOCK_MONOTONIC);
     W.gc_start_wall = W.gc_charged_ns;

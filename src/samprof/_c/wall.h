@@ -14,12 +14,12 @@
 #include <stdint.h>
 
 typedef struct {
-    uint64_t ticks;        /* sampling periods covered */
-    uint64_t samples;      /* thread samples recorded */
-    uint64_t walks;        /* stacks read (the rest reused) */
-    uint64_t late_ticks;   /* periods that passed while waiting for the GIL */
-    uint64_t gc_samples;   /* samples credited to <gc> */
-    uint64_t threads_seen; /* distinct Python threads sampled */
+    uint64_t ticks;         /* sampling periods covered */
+    uint64_t samples;       /* thread samples recorded */
+    uint64_t walks;         /* stacks read (the rest reused) */
+    uint64_t late_ticks;    /* periods that passed while waiting for the GIL */
+    uint64_t gc_samples;    /* samples credited to <gc> */
+    uint64_t threads_seen;  /* distinct Python threads sampled */
     uint64_t split_threads; /* of which on-CPU time came from signals */
 } wall_stats_t;
 
