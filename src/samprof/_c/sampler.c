@@ -79,7 +79,6 @@ typedef struct {
     int itimer_only; /* engine "itimer": every thread relies on it */
     _Atomic int64_t itimer_last_cpu; /* process CPU at the last ITIMER_PROF
                                         sample, for itimer_only weights */
-    int perf_exclude_kernel; /* 1 when perf_event_paranoid demanded it */
     sampler_counters_t counters;
 
     /* The registry. Protected by registry_lock. */
@@ -357,14 +356,14 @@ sampler_arm_perf(sampler_thread_t *th)
     if (first < 10000) {
         first = S.cfg.period_ns < 10000 ? S.cfg.period_ns : 10000;
     }
-    int fd = sampler_open_perf(th->tid, S.perf_exclude_kernel, first);
-    if (fd < 0 && (errno == EACCES || errno == EPERM)
-        && !S.perf_exclude_kernel) {
-        /* perf_event_paranoid >= 2 allows user-space counting only; system
-         * time inside the thread then goes unsampled. */
-        S.perf_exclude_kernel = 1;
-        fd = sampler_open_perf(th->tid, 1, first);
-    }
+    /* User-mode time only (exclude_kernel): the task clock's timer then
+     * raises the signal only when it interrupts user code, so the signal is
+     * delivered there and never interrupts a system call. Counting kernel
+     * time too made poll(), select() and epoll_wait() fail with EINTR (seen
+     * in the reliability tests). The price: CPU spent inside system calls
+     * is not sampled by this engine. It is also what perf_event_paranoid 2
+     * allows without privileges. */
+    int fd = sampler_open_perf(th->tid, 1, first);
     if (fd < 0) {
         return -1;
     }
@@ -643,7 +642,6 @@ sampler_start(const sampler_config_t *cfg)
     S.cfg = *cfg;
     memset(&S.counters, 0, sizeof(S.counters));
     memset(S.armed, 0, sizeof(S.armed));
-    S.perf_exclude_kernel = cfg->user_only;
     S.rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL | 1;
     if (ring_init(&S.ring, cfg->ring_slots, cfg->max_depth) < 0) {
         PyErr_NoMemory();
@@ -661,12 +659,8 @@ sampler_start(const sampler_config_t *cfg)
 
     if (cfg->engine == SAMPLER_ENGINE_PERF) {
         /* A forced engine must exist: probe it on this thread. */
-        int fd = sampler_open_perf((int32_t)syscall(SYS_gettid),
-                                   cfg->user_only, cfg->period_ns);
-        if (fd < 0 && !cfg->user_only) {
-            fd = sampler_open_perf((int32_t)syscall(SYS_gettid), 1,
-                                   cfg->period_ns);
-        }
+        int fd =
+            sampler_open_perf((int32_t)syscall(SYS_gettid), 1, cfg->period_ns);
         if (fd < 0) {
             int err = errno;
             free(S.own_timer);
