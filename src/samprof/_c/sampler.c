@@ -51,6 +51,8 @@ static SAMPLER_TLS uint8_t tls_in_gc;        /* inside the cyclic GC */
 static SAMPLER_TLS uint8_t tls_is_collector; /* samprof's collector thread */
 static SAMPLER_TLS int tls_perf_fd = -1;     /* perf fd whose period is set */
 static SAMPLER_TLS uint64_t tls_perf_profile; /* ... in this profile */
+static SAMPLER_TLS int64_t
+    tls_cpu_accounted; /* thread CPU ns sampled so far */
 
 typedef struct {
     int32_t tid;
@@ -201,6 +203,32 @@ sampler_itimer_sample_weight(void)
     return (uint32_t)periods;
 }
 
+static int64_t
+sampler_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The perf event counts user-mode time only, so periods that end inside a
+ * system call are skipped. Weighing each sample by the thread's whole CPU
+ * time (user and system) since the CPU already accounted keeps the totals
+ * right: the system time goes to the next user-mode stack, usually the
+ * code that made the call. Whole periods, remainder carried. */
+static uint32_t
+sampler_perf_weight(void)
+{
+    int64_t now = sampler_thread_cpu_ns();
+    int64_t period = (int64_t)S.cfg.period_ns;
+    int64_t periods = (now - tls_cpu_accounted) / period;
+    if (periods <= 0) {
+        return 0;
+    }
+    tls_cpu_accounted += periods * period;
+    return (uint32_t)periods;
+}
+
 static void
 sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
 {
@@ -227,7 +255,6 @@ sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
         break;
     case POLL_HUP:
     case POLL_IN:
-        sampler_record(SAMPLER_SRC_PERF, 1, tid);
         if (tls_perf_fd != info->si_fd || tls_perf_profile != S.profile_id) {
             /* The first period was drawn at random (sampler_arm_perf);
              * from now on use the real one. Once per thread. */
@@ -235,6 +262,11 @@ sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
             ioctl(info->si_fd, PERF_EVENT_IOC_PERIOD, &period);
             tls_perf_fd = info->si_fd;
             tls_perf_profile = S.profile_id;
+            tls_cpu_accounted = sampler_thread_cpu_ns();
+            sampler_record(SAMPLER_SRC_PERF, 1, tid);
+        }
+        else {
+            sampler_record(SAMPLER_SRC_PERF, sampler_perf_weight(), tid);
         }
         /* The event disabled itself after one overflow; re-arm it. */
         ioctl(info->si_fd, PERF_EVENT_IOC_REFRESH, 1);
