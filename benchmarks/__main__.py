@@ -61,8 +61,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--plot", help="write the overhead-vs-rate plot (PNG) here")
     parser.add_argument(
         "--json",
-        default=os.path.join("build", "benchmarks", "results.json"),
-        help="raw results (default build/benchmarks/results.json)",
+        default=None,
+        help="raw results (default build/benchmarks/results.json, "
+        "--quick: build/benchmarks/quick/results.json)",
     )
     parser.add_argument(
         "--report-only",
@@ -103,6 +104,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         args.repeats = 1 if args.quick else 5
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.json is None:
+        parts = ["build", "benchmarks"] + (["quick"] if args.quick else []) + ["results.json"]
+        args.json = os.path.join(*parts)
     if args.memory_seconds is None:
         args.memory_seconds = 3.0 if args.quick else 60.0
     return args

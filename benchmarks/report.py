@@ -378,15 +378,18 @@ def plot(results: Dict[str, Any], path: str) -> Optional[str]:
         return "no call-heavy or mixed results"
     fig, axes = plt.subplots(1, len(names), figsize=(6.2 * len(names), 4.6), squeeze=False)
     for ax, workload in zip(axes[0], names):
+        top = 1.0
         for label, ids, color, tool in RATE_SERIES:
             pts = rate_points(index, workload, ids, "cpu")
             if pts:
                 xs, ys = zip(*pts)
+                top = max(top, *ys)
                 ax.plot(xs, ys, "o-", color=color, label=label)
             if tool:
                 pts = rate_points(index, workload, ids, "tool")
                 if pts:
                     xs, ys = zip(*pts)
+                    top = max(top, *ys)
                     ax.plot(
                         xs,
                         ys,
@@ -399,6 +402,7 @@ def plot(results: Dict[str, Any], path: str) -> Optional[str]:
         # Linear within ±1%, logarithmic beyond: samprof's 1% and
         # pyinstrument's 500% on one axis.
         ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(top=top * 3)
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}%"))
         ax.set_xlabel("sampling rate (Hz)")
         ax.set_ylabel("CPU time added to the workload (symlog)")
@@ -447,9 +451,9 @@ def _failure_text(error: str) -> str:
     if not lines:
         return "unknown error"
     ending = lines[0].split(":", 1)[0]
-    fatal = [line for line in lines if line.startswith("Fatal Python error")]
+    fatal = [line for line in lines if "Fatal Python error" in line]
     if fatal:
-        return f"{ending}: {fatal[0]}"
+        return f"{ending}: " + fatal[0][fatal[0].index("Fatal Python error") :]
     return "\n".join(lines[-4:])
 
 
