@@ -279,6 +279,23 @@ wall_thread_labels(PyThreadState *ts)
     return (uint32_t)id;
 }
 
+/* Adds `spent` ns of ts's collection as a "<gc>" sample on top of the
+ * stack that triggered it, and remembers it in th->gc_ns so the thread's
+ * own samples leave that time out. GIL. */
+static void
+wall_gc_add(wall_thread_t *th, PyThreadState *ts, int64_t spent, int on_cpu)
+{
+    if (spent <= 0) {
+        return;
+    }
+    th->gc_ns += spent;
+    int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
+    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
+                         wall_thread_labels(ts), collect_state_string(on_cpu),
+                         count, spent);
+    W.stats.gc_samples += (uint64_t)count;
+}
+
 /* Charges the collection running in ts since the last charge to "<gc>"
  * on top of the stack that triggered it, and remembers it in th->gc_ns so
  * the thread's own samples leave that time out. GIL. */
@@ -288,15 +305,7 @@ wall_gc_charge(wall_thread_t *th, PyThreadState *ts)
     int64_t now = wall_now_ns(CLOCK_MONOTONIC);
     int64_t spent = now - W.gc_charged_ns;
     W.gc_charged_ns = now;
-    if (spent <= 0) {
-        return;
-    }
-    th->gc_ns += spent;
-    int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
-    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
-                         wall_thread_labels(ts), collect_state_string(1),
-                         count, spent);
-    W.stats.gc_samples += (uint64_t)count;
+    wall_gc_add(th, ts, spent, 1);
 }
 
 /* One tick: a sample for every Python thread but ours. GIL. */
@@ -601,16 +610,7 @@ wall_gc_end(void)
      * top). The rest, preempted or waiting, is off-CPU time in <gc>. */
     int64_t wall = wall_now_ns(CLOCK_MONOTONIC) - W.gc_start_wall;
     int64_t cpu = wall_now_ns(CLOCK_THREAD_CPUTIME_ID) - W.gc_start_cpu;
-    int64_t off = wall - cpu;
-    if (off <= 0) {
-        return;
-    }
-    th->gc_ns += off;
-    int64_t count = (off + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
-    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
-                         wall_thread_labels(ts), collect_state_string(0),
-                         count, off);
-    W.stats.gc_samples += (uint64_t)count;
+    wall_gc_add(th, ts, wall - cpu, 0);
 }
 
 void
