@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,16 +118,47 @@ rel_altstack_handler(int signum)
     }
 }
 
+/* The control for samprof's signal: a trivial handler that a CPU-time
+ * timer of the thread's own raises while the library handler runs, so that
+ * it nests on the alternate stack exactly as samprof's would. What it uses
+ * there is the kernel's frame for the nested signal plus a handler that
+ * does nothing; what samprof uses beyond that is its handler's own. */
+static _Atomic long nested_hits;
+
+static void
+rel_nested_probe(int signum, siginfo_t *info, void *ucontext)
+{
+    (void)signum;
+    (void)info;
+    (void)ucontext;
+    atomic_fetch_add(&nested_hits, 1);
+}
+
+long
+rel_nested_hits(void)
+{
+    return atomic_load(&nested_hits);
+}
+
+/* The painted pattern: bytes still equal to it were never written. */
+#define REL_PAINT 0xA5
+
 /* On the calling thread: maps an alternate signal stack of `size` bytes
  * (a multiple of the page size) with an inaccessible guard page below it,
- * so that overflowing it faults instead of corrupting memory; installs an
- * SA_ONSTACK handler for signum that burns `seconds` of CPU on that stack;
- * raises signum `times` times; then restores the previous handler and
- * alternate stack and unmaps. Returns the number of times the handler ran
- * on the alternate stack, or -1 with errno set. signum must not be blocked
- * and must be one nobody else uses. */
+ * so that overflowing it faults instead of corrupting memory; paints it;
+ * installs an SA_ONSTACK handler for signum that burns `seconds` of CPU on
+ * that stack; raises signum `times` times; then restores the previous
+ * handler and alternate stack and unmaps. With nest_signum > 0, a CPU-time
+ * timer of this thread raises nest_signum every nest_period_ns while it
+ * runs, handled by rel_nested_probe on whatever stack the thread is on.
+ * Stores in *used the bytes of the alternate stack that were ever written,
+ * counted from its top (the deepest point any frame reached). Returns the
+ * number of times the handler ran on the alternate stack, or -1 with errno
+ * set. signum and nest_signum must not be blocked and must be ones nobody
+ * else uses. */
 int
-rel_burn_on_altstack(int signum, size_t size, double seconds, int times)
+rel_burn_on_altstack(int signum, size_t size, double seconds, int times,
+                     int nest_signum, long nest_period_ns, size_t *used)
 {
     long page = sysconf(_SC_PAGESIZE);
     if (size == 0 || size % (size_t)page != 0) {
@@ -142,17 +174,25 @@ rel_burn_on_altstack(int signum, size_t size, double seconds, int times)
         munmap(map, size + (size_t)page);
         return -1;
     }
+    uint8_t *stack = map + page;
+    memset(stack, REL_PAINT, size);
+    /* Called once here so that nothing the handler calls is bound lazily
+     * on the alternate stack (the dynamic linker's frame is large). The
+     * library is linked with -z now as well. */
+    (void)rel_thread_cpu();
     stack_t ss, old_ss;
     memset(&ss, 0, sizeof(ss));
-    ss.ss_sp = map + page;
+    ss.ss_sp = stack;
     ss.ss_size = size;
     ss.ss_flags = 0;
-    struct sigaction sa, old_sa;
+    struct sigaction sa, old_sa, nest_sa, old_nest_sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = rel_altstack_handler;
     sa.sa_flags = SA_ONSTACK | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     int ran = 0;
+    timer_t timer;
+    int have_timer = 0;
     if (sigaltstack(&ss, &old_ss) < 0) {
         munmap(map, size + (size_t)page);
         return -1;
@@ -164,6 +204,33 @@ rel_burn_on_altstack(int signum, size_t size, double seconds, int times)
         errno = saved;
         return -1;
     }
+    if (nest_signum > 0) {
+        memset(&nest_sa, 0, sizeof(nest_sa));
+        nest_sa.sa_sigaction = rel_nested_probe;
+        nest_sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&nest_sa.sa_mask);
+        struct sigevent sev;
+        memset(&sev, 0, sizeof(sev));
+        sev.sigev_notify = SIGEV_THREAD_ID;
+        sev.sigev_signo = nest_signum;
+        sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+        struct itimerspec its;
+        memset(&its, 0, sizeof(its));
+        its.it_interval.tv_sec = nest_period_ns / 1000000000L;
+        its.it_interval.tv_nsec = nest_period_ns % 1000000000L;
+        its.it_value = its.it_interval;
+        if (sigaction(nest_signum, &nest_sa, &old_nest_sa) < 0
+            || timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &timer) < 0) {
+            int saved = errno;
+            sigaction(signum, &old_sa, NULL);
+            sigaltstack(&old_ss, NULL);
+            munmap(map, size + (size_t)page);
+            errno = saved;
+            return -1;
+        }
+        have_timer = 1;
+        timer_settime(timer, 0, &its, NULL);
+    }
     altstack_burn_seconds = seconds;
     for (int i = 0; i < times; i++) {
         altstack_was_on_stack = 0;
@@ -171,6 +238,10 @@ rel_burn_on_altstack(int signum, size_t size, double seconds, int times)
          * raise returns. */
         raise(signum);
         ran += altstack_was_on_stack ? 1 : 0;
+    }
+    if (have_timer) {
+        timer_delete(timer);
+        sigaction(nest_signum, &old_nest_sa, NULL);
     }
     sigaction(signum, &old_sa, NULL);
     /* A thread that had no alternate stack gets SS_DISABLE back. */
@@ -183,6 +254,11 @@ rel_burn_on_altstack(int signum, size_t size, double seconds, int times)
     else {
         sigaltstack(&old_ss, NULL);
     }
+    size_t untouched = 0;
+    while (untouched < size && stack[untouched] == REL_PAINT) {
+        untouched++;
+    }
+    *used = size - untouched;
     munmap(map, size + (size_t)page);
     return ran;
 }

@@ -8,10 +8,12 @@ Usage:
   deep_stacks.py small-stacks MODE HZ PROFILE_OUT
       Threads created with threading.stack_size(64 KiB) run Python
       (including some recursion) while samprof samples at HZ.
-  deep_stacks.py altstack NATIVE_LIB HZ PROFILE_OUT
-      A thread installs a small alternate signal stack (as some libraries
-      do) and burns CPU in a signal handler running on it, so samprof's
-      signal arrives while the thread executes on that small stack.
+  deep_stacks.py altstack NATIVE_LIB ENGINE HZ PROFILE_OUT
+      A thread installs an alternate signal stack (as some libraries do)
+      and burns CPU in a signal handler running on it, so samprof's signal
+      arrives while the thread executes on that stack: first on a large
+      painted one, to measure what each handler uses, then on a small one
+      sized from that measurement.
 
 Each prints one JSON line with the stats and writes the profile.
 """
@@ -101,34 +103,71 @@ def small_stacks(mode: str, hz: int, out: str) -> dict:
     return {"finished": len(done)}
 
 
-def altstack(lib_path: str, hz: int, out: str) -> dict:
+def _burn_on_altstack(lib, size: int, nest_signum: int = 0, nest_hz: int = 0) -> dict:
+    """Runs the library's handler 10 times on a fresh alternate stack of
+    `size` bytes in a new thread; returns how often it ran there and how
+    many bytes of the stack were ever written."""
+    used = ctypes.c_size_t(0)
+    ran = []
+
+    def run() -> None:
+        period = 1_000_000_000 // nest_hz if nest_hz else 0
+        ran.append(
+            lib.rel_burn_on_altstack(
+                int(signal.SIGUSR2), size, 0.05, 10, nest_signum, period, ctypes.byref(used)
+            )
+        )
+
+    t = threading.Thread(target=run, name="altstack")
+    t.start()
+    t.join()
+    return {"ran": ran, "used": used.value}
+
+
+def altstack(lib_path: str, engine: str, hz: int, out: str) -> dict:
+    """Measures the alternate stack's use on a large painted stack: by the
+    library's handler alone, with a trivial handler nesting on it (the
+    control: the kernel's frame for the nested signal), and with samprof's
+    signal nesting on it. Then runs samprof again on a stack sized from
+    that measurement, with a guard page below it."""
     lib = ctypes.CDLL(lib_path)
     lib.rel_burn_on_altstack.argtypes = [
         ctypes.c_int,
         ctypes.c_size_t,
         ctypes.c_double,
         ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+        ctypes.POINTER(ctypes.c_size_t),
     ]
     lib.rel_min_sigstksz.restype = ctypes.c_long
+    lib.rel_nested_hits.restype = ctypes.c_long
     page = 4096
-    # The kernel's minimum for one signal frame (AT_MINSIGSTKSZ), rounded
-    # up to pages, plus one page: room for the library's own handler frame
-    # and one more (samprof's) nested in it, with little to spare.
-    size = (lib.rel_min_sigstksz() + page - 1) // page * page + page
-    ran = []
-
-    def run() -> None:
-        ran.append(lib.rel_burn_on_altstack(int(signal.SIGUSR2), size, 0.05, 10))
-
-    prof = samprof.CPUProfiler(hz=hz)
+    large = 64 * 1024
+    alone = _burn_on_altstack(lib, large)
+    control = _burn_on_altstack(lib, large, int(signal.SIGRTMIN) + 7, hz)
+    prof = samprof.CPUProfiler(hz=hz, engine=engine)
     prof.start()
-    t = threading.Thread(target=run, name="altstack")
-    t.start()
-    t.join()
+    with_samprof = _burn_on_altstack(lib, large)
+    prof.stop()
+    # What samprof needs on top of the library's frames, plus 1 KiB for
+    # where in the library's handler the signal lands.
+    small = (with_samprof["used"] + 1024 + page - 1) // page * page
+    prof = samprof.CPUProfiler(hz=hz, engine=engine)
+    prof.start()
+    on_small = _burn_on_altstack(lib, small)
     data = prof.stop()
     with open(out, "wb") as f:
         f.write(data)
-    return {"ran_on_altstack": ran, "altstack_bytes": size}
+    return {
+        "min_sigstksz": lib.rel_min_sigstksz(),
+        "alone": alone,
+        "control": control,
+        "control_hits": lib.rel_nested_hits(),
+        "samprof": with_samprof,
+        "small_bytes": small,
+        "small": on_small,
+    }
 
 
 def main() -> None:
@@ -138,7 +177,7 @@ def main() -> None:
     elif what == "small-stacks":
         result = small_stacks(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
-        result = altstack(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        result = altstack(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     print(json.dumps(result), flush=True)
 
 

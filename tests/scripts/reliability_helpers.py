@@ -137,6 +137,9 @@ def native_library(source: str = "reliability.c") -> ctypes.CDLL:
                 "-shared",
                 "-fPIC",
                 "-pthread",
+                # Bound at load, as samprof is: the dynamic linker never
+                # runs inside a signal handler.
+                "-Wl,-z,now",
                 "-o",
                 path,
                 os.path.join(NATIVE, source),

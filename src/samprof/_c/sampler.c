@@ -637,6 +637,26 @@ sampler_pid_max(void)
     return pid_max + 1;
 }
 
+/* Makes every call the handler makes into another library once, here,
+ * outside signal context. Our own module is bound at load (-z now), but a
+ * libpython built with --enable-shared binds its own calls lazily:
+ * PyGILState_GetThisThreadState reaches PyThread_tss_is_created and
+ * pthread_getspecific through libpython's PLT. The first such call would
+ * run the dynamic linker inside the handler, and its trampoline
+ * (_dl_runtime_resolve_xsavec) saves the whole vector register state on the
+ * stack: kilobytes on AVX-512 machines, more than a small alternate signal
+ * stack has left (a crash seen in tests/test_reliability_deep.py). Binding
+ * is process-wide, so once is enough. */
+static void
+sampler_bind_handler_calls(void)
+{
+    struct timespec ts;
+    (void)PyGILState_GetThisThreadState();
+    (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    (void)clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    (void)sampler_tid();
+}
+
 int
 sampler_start(const sampler_config_t *cfg)
 {
@@ -671,6 +691,7 @@ sampler_start(const sampler_config_t *cfg)
         return -1;
     }
 
+    sampler_bind_handler_calls();
     S.cfg = *cfg;
     memset(&S.counters, 0, sizeof(S.counters));
     memset(S.armed, 0, sizeof(S.armed));
