@@ -131,3 +131,23 @@ def native_lib(tmp_path_factory):
     src = os.path.join(os.path.dirname(__file__), "native", "burn.c")
     subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(out), src], check=True)
     return ctypes.CDLL(str(out))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "accuracy: compares measured shares or totals with truth (tests/measure.py); "
+        "SAMPROF_ACCURACY=short runs each at half length",
+    )
+
+
+def pytest_terminal_summary(terminalreporter):
+    import measure
+
+    if not measure.RETRIED:
+        return
+    terminalreporter.section("measurements retried (tests/measure.py)")
+    for test, attempt, scale, took, why in measure.RETRIED:
+        terminalreporter.write_line(
+            f"{test}: attempt {attempt} (x{scale:g}, {took:.1f}s) missed: {why[:300]}"
+        )

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from conftest import SANITIZED, check_profile
+from measure import measure, within
 from workloads import spin_python
 
 import samprof
@@ -29,50 +30,68 @@ def collect_garbage():
 
 
 @pytest.mark.skipif(SANITIZED, reason="timing accuracy is not meaningful under ASan")
+@pytest.mark.accuracy
 @pytest.mark.parametrize("mode", ["cpu", "wall"])
 def test_gc_share_matches_gc_callbacks(mode):
-    in_gc = [0.0]
-    started = [0.0]
+    """The truth is the time between gc.callbacks' start and stop phases,
+    measured by a callback that runs before samprof's. Tolerance 3 pp.
+    Spread (SPREAD).
+
+    This test found a bias, not noise: with the perf engine <gc> came out
+    2-3 pp above the truth every time, with POSIX timers not. A perf sample
+    carries the CPU time since the previous one, and the allocation burst
+    before each collection ends in kernel time (page faults) that the
+    user-mode-only event cannot interrupt, so that carry went to the first
+    sample inside the collection. The sampler now settles the carry at GC
+    boundaries (sampler.c, sampler_settle_perf_carry)."""
     clock = time.thread_time if mode == "cpu" else time.monotonic
-
-    def timer(phase, info):
-        if phase == "start":
-            started[0] = clock()
-        else:
-            in_gc[0] += clock() - started[0]
-
-    gc.disable()
-    gc.callbacks.insert(0, timer)
     cls = samprof.CPUProfiler if mode == "cpu" else samprof.WallProfiler
-    try:
-        t0 = clock()
-        with cls(hz=1000) as prof:
-            for _ in range(15):
-                make_garbage(30000)
-                collect_garbage()
-                spin_python(100000)
-        total = clock() - t0
-    finally:
-        gc.callbacks.remove(timer)
-        gc.enable()
-    view = check_profile(prof.result)
-    vt = "cpu" if mode == "cpu" else "wall"
-    i = view.value_index(vt)
-    gc_value = everything = 0
-    for frames, labels, values in view.samples():
-        # Other threads (in wall mode, idle ones) are not part of the truth.
-        if labels.get("thread_name") != "MainThread":
-            continue
-        everything += values[i]
-        if frames and frames[0][0] == "<gc>":
-            gc_value += values[i]
-    got = 100 * gc_value / everything
-    want = 100 * in_gc[0] / total
-    assert want > 5, want  # the workload must spend real time in gc
-    assert abs(got - want) <= 3, (got, want)
-    # <gc> sits on top of the stack that triggered it.
-    for frames, _, _ in view.samples():
-        names = [f[0] for f in frames]
-        if "<gc>" in names:
-            assert names[0] == "<gc>"
-            assert "collect_garbage" in names or "make_garbage" in names, names
+
+    def attempt(scale):
+        in_gc = [0.0]
+        started = [0.0]
+
+        def timer(phase, info):
+            if phase == "start":
+                started[0] = clock()
+            else:
+                in_gc[0] += clock() - started[0]
+
+        gc.disable()
+        gc.callbacks.insert(0, timer)
+        try:
+            with cls(hz=1000) as prof:
+                # The truth's span is the profile's: start and stop are
+                # outside it.
+                t0 = clock()
+                for _ in range(max(1, round(15 * scale))):
+                    make_garbage(30000)
+                    collect_garbage()
+                    spin_python(100000)
+                total = clock() - t0
+        finally:
+            gc.callbacks.remove(timer)
+            gc.enable()
+        view = check_profile(prof.result)
+        vt = "cpu" if mode == "cpu" else "wall"
+        i = view.value_index(vt)
+        gc_value = everything = 0
+        for frames, labels, values in view.samples():
+            # Other threads (in wall mode, idle ones) are not part of the truth.
+            if labels.get("thread_name") != "MainThread":
+                continue
+            everything += values[i]
+            if frames and frames[0][0] == "<gc>":
+                gc_value += values[i]
+        # <gc> sits on top of the stack that triggered it.
+        for frames, _, _ in view.samples():
+            names = [f[0] for f in frames]
+            if "<gc>" in names:
+                assert names[0] == "<gc>"
+                assert "collect_garbage" in names or "make_garbage" in names, names
+        got = 100 * gc_value / everything
+        want = 100 * in_gc[0] / total
+        assert want > 5, want  # the workload must spend real time in gc
+        within(got, want, 3, "<gc> share of the main thread, pp")
+
+    measure(attempt)

@@ -59,6 +59,10 @@ def sleeper() -> None:
 def doomed(kind: str, profiler: str, seed: int) -> None:
     """Never returns normally: leaves the process by `kind`."""
     rng = random.Random(seed)
+    # SIGINT's disposition is inherited: a shell's background job starts
+    # with it ignored, and Python then installs no KeyboardInterrupt
+    # handler. What this checks needs Python's default, so set it here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Thread.start() waits for the new thread to run, and a busy thread
     # holds the GIL for a whole switch interval: a shorter interval keeps
     # each run short without making the threads any less busy.
