@@ -12,6 +12,8 @@
 #                 on PATH
 #   PYTEST_ARGS   extra pytest arguments, e.g. PYTEST_ARGS='-k heap -x'
 #   WERROR        1 (default): compile the C core with -Werror
+#   N             runs for flake-hunt (default 10) and spread (default 20)
+#   SANITIZE      1: flake-hunt against the ASan+UBSan build
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -82,16 +84,22 @@ endef
 # $(call extension,DIR): path of the compiled core installed in DIR.
 extension = $$(ls $(1)/lib/python3*/site-packages/samprof/_samprof*.so)
 
-# $(call run_tests,DIR,PYTHON): install into DIR (made with PYTHON) and run
-# the whole suite there against an ordinary build.
+# The statistical accuracy tests (marker `accuracy`, tests/measure.py) run
+# at full length on the oldest and the newest Python and at half length on
+# the others (they still measure again, longer, before failing).
+ACCURACY_FULL := $(firstword $(PYTHON_VERSIONS)) $(lastword $(PYTHON_VERSIONS))
+
+# $(call run_tests,DIR,PYTHON[,ACCURACY]): install into DIR (made with
+# PYTHON) and run the whole suite there against an ordinary build;
+# ACCURACY is full (default) or short.
 define run_tests
 	$(call make_venv,$(1),$(2))
 	$(call install_package,$(1),test)
 	@if ldd $(call extension,$(1)) | grep -q libasan; then \
 	    echo "error: $(1) holds a sanitizer build" >&2; exit 1; \
 	fi
-	@echo "--- pytest on $$($(1)/bin/python -V 2>&1)"
-	$(1)/bin/$(PYTEST)
+	@echo "--- pytest on $$($(1)/bin/python -V 2>&1), accuracy tests $(or $(3),full)"
+	SAMPROF_ACCURACY=$(or $(3),full) $(1)/bin/$(PYTEST)
 endef
 
 .PHONY: help
@@ -128,7 +136,7 @@ test-all: $(addprefix test-,$(PYTHON_VERSIONS)) ## Run the tests on every suppor
 define python_version_rule
 .PHONY: test-$(1)
 test-$(1):
-	$$(call run_tests,.venv-$(1),$$(PY$(subst .,,$(1))))
+	$$(call run_tests,.venv-$(1),$$(PY$(subst .,,$(1))),$(if $(filter $(1),$(ACCURACY_FULL)),full,short))
 endef
 $(foreach v,$(PYTHON_VERSIONS),$(eval $(call python_version_rule,$(v))))
 
@@ -142,23 +150,49 @@ $(foreach v,$(PYTHON_VERSIONS),$(eval $(call python_version_rule,$(v))))
 # (-fno-sanitize-recover), so a report fails the test run.
 # SAMPROF_SANITIZED=1 tells tests that depend on timing (accuracy, overhead)
 # that they run instrumented.
+# $(call sanitizer_env,DIR): checks DIR's module is linked against libasan
+# and prints the environment assignments to run it with.
+define sanitizer_env
+$$(ext=$(call extension,$(1)); \
+   asan=$$(ldd "$$ext" | awk '/libasan/ { print $$3 }'); \
+   if [ ! -f "$$asan" ]; then \
+       echo "error: $$ext is not linked against libasan" >&2; exit 1; \
+   fi; \
+   echo "LD_PRELOAD=$$asan PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0" \
+        "UBSAN_OPTIONS=print_stacktrace=1 SAMPROF_SANITIZED=1")
+endef
+
 .PHONY: test-sanitize
 test-sanitize: ## Run the tests against an ASan+UBSan build (venv .venv-asan).
 	$(call make_venv,.venv-asan,$(PYTHON))
 	$(call install_package,.venv-asan,test,SAMPROF_SANITIZE=1)
-	@ext=$(call extension,.venv-asan); \
-	asan=$$(ldd "$$ext" | awk '/libasan/ { print $$3 }'); \
-	if [ ! -f "$$asan" ]; then \
-	    echo "error: $$ext is not linked against libasan" >&2; exit 1; \
-	fi; \
-	echo "--- pytest on $$(.venv-asan/bin/python -V 2>&1), LD_PRELOAD=$$asan"; \
+	@env=$(call sanitizer_env,.venv-asan); \
+	echo "--- pytest on $$(.venv-asan/bin/python -V 2>&1), $$env"; \
 	set -x; \
-	LD_PRELOAD="$$asan" \
-	PYTHONMALLOC=malloc \
-	ASAN_OPTIONS=detect_leaks=0 \
-	UBSAN_OPTIONS=print_stacktrace=1 \
-	SAMPROF_SANITIZED=1 \
-	.venv-asan/bin/$(PYTEST)
+	env $$env .venv-asan/bin/$(PYTEST)
+
+# Where flake-hunt and spread install: one venv per interpreter and flavour.
+HUNT_NAME = $(notdir $(PYTHON))$(if $(filter 1,$(SANITIZE)),-asan)
+HUNT_VENV = .venv-hunt-$(HUNT_NAME)
+
+.PHONY: flake-hunt
+flake-hunt: ## Run the suite N times (N=10; PYTHON, SANITIZE=1, PYTEST_ARGS): failures per test.
+	$(call make_venv,$(HUNT_VENV),$(PYTHON))
+	$(call install_package,$(HUNT_VENV),test,$(if $(filter 1,$(SANITIZE)),SAMPROF_SANITIZE=1))
+	@env=$(if $(filter 1,$(SANITIZE)),$(call sanitizer_env,$(HUNT_VENV)),SAMPROF_ACCURACY=full); \
+	echo "--- flake hunt: $(or $(N),10) runs on $$($(HUNT_VENV)/bin/python -V 2>&1), $$env"; \
+	env $$env $(HUNT_VENV)/bin/python tests/tools/flake_hunt.py $(or $(N),10) \
+	    build/flake-hunt/$(HUNT_NAME) -- $(HUNT_VENV)/bin/$(PYTEST)
+
+.PHONY: spread
+spread: ## Run the accuracy tests N times (N=20; PYTHON) without retries: each error's min/median/max.
+	$(call make_venv,$(HUNT_VENV),$(PYTHON))
+	$(call install_package,$(HUNT_VENV),test)
+	@mkdir -p build/spread; log=$(CURDIR)/build/spread/$(HUNT_NAME).jsonl; rm -f "$$log"; \
+	SAMPROF_RETRIES=0 SAMPROF_SPREAD_LOG="$$log" $(HUNT_VENV)/bin/python \
+	    tests/tools/flake_hunt.py $(or $(N),20) build/spread/$(HUNT_NAME) -- \
+	    $(HUNT_VENV)/bin/$(PYTEST) -m accuracy || true; \
+	$(HUNT_VENV)/bin/python tests/tools/spread.py "$$log" | tee build/spread/$(HUNT_NAME).txt
 
 .PHONY: bench
 bench: ## Run the benchmarks and rewrite docs/benchmarks.md (python -m benchmarks; venv .venv-bench).

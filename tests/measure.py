@@ -61,9 +61,7 @@ def _log(what: str, error: float, tol: float, unit: str) -> None:
         return
     with open(SPREAD_LOG, "a") as f:
         f.write(
-            json.dumps(
-                {"test": _test_id(), "what": what, "error": error, "tol": tol, "unit": unit}
-            )
+            json.dumps({"test": _test_id(), "what": what, "error": error, "tol": tol, "unit": unit})
             + "\n"
         )
 
@@ -115,6 +113,4 @@ def measure(attempt: Callable[[float], None]) -> None:
             print(f"measurement missed, {misses[-1]}", file=sys.stderr)
             continue
         return
-    raise AssertionError(
-        f"missed at every length ({len(misses)} attempts):\n" + "\n".join(misses)
-    )
+    raise AssertionError(f"missed at every length ({len(misses)} attempts):\n" + "\n".join(misses))

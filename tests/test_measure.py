@@ -65,7 +65,7 @@ def test_other_failures_are_not_retried():
 
     def attempt(scale):
         calls.append(scale)
-        assert False, "a broken profile, not a noisy one"
+        raise AssertionError("a broken profile, not a noisy one")
 
     with pytest.raises(AssertionError, match="broken profile"):
         measure.measure(attempt)

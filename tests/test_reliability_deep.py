@@ -94,6 +94,8 @@ def test_signal_on_a_small_alternate_stack(tmp_path, engine):
     assert r["small_bytes"] < 64 * 1024, r
     view = check_profile(out.read_bytes())
     cpu = view.by_function("cpu")
-    on_altstack = sum(v for name, v in cpu.items() if name.endswith("_burn_on_altstack.<locals>.run"))
+    on_altstack = sum(
+        v for name, v in cpu.items() if name.endswith("_burn_on_altstack.<locals>.run")
+    )
     on_altstack += cpu.get("run", 0)
     assert on_altstack > 0.2 * 0.5e9, cpu
