@@ -29,7 +29,10 @@ def _mixed_workload(seconds: float) -> None:
 @pytest.mark.parametrize("engine", ["perf", "timer", "itimer"])
 @pytest.mark.parametrize("hz", [100, 1000, 10000])
 def test_total_cpu_matches_process_time(engine, hz):
-    """Tolerance 5% of the CPU used. Spread of the error (SPREAD)."""
+    """Tolerance 5% of the CPU used. Spread measured by `make spread` (20
+    first attempts on Python 3.13, 2-core VM): |error| min/median/max
+    0.1%/0.57%/1.6%, at most 32% of the tolerance (180 comparisons).
+    """
 
     def attempt(scale):
         # At 100 Hz a sample is 10 ms: run long enough that one period of
@@ -52,7 +55,10 @@ def test_total_cpu_matches_process_time(engine, hz):
 
 def test_perf_engine_honours_10khz():
     """10,000 samples per CPU-second, not the 250 Hz kernel tick. Spread
-    (SPREAD)."""
+    measured by `make spread` (20 first attempts on Python 3.13, 2-core VM):
+    |error| min/median/max 3.2e+02/3.7e+02/5.4e+02, at most 72% of the
+    tolerance (20 comparisons).
+    """
 
     def attempt(scale):
         prof = samprof.CPUProfiler(hz=10000, engine="perf")
@@ -65,7 +71,10 @@ def test_perf_engine_honours_10khz():
 
 
 def test_timer_engine_is_tick_bound_but_weighted():
-    """Tolerance 5% of the CPU used. Spread (SPREAD)."""
+    """Tolerance 5% of the CPU used. Spread measured by `make spread` (20
+    first attempts on Python 3.13, 2-core VM): |error| min/median/max
+    0.53%/0.98%/1.3%, at most 27% of the tolerance (20 comparisons).
+    """
 
     def attempt(scale):
         prof = samprof.CPUProfiler(hz=1000, engine="timer")
@@ -94,7 +103,10 @@ def f_large(n):
 
 
 def test_function_shares_match_thread_time():
-    """Tolerance 3 pp per function. Spread (SPREAD)."""
+    """Tolerance 3 pp per function. Spread measured by `make spread` (20 first
+    attempts on Python 3.13, 2-core VM): |error| min/median/max
+    0.0043/0.2/0.64, at most 21% of the tolerance (60 comparisons).
+    """
 
     def attempt(scale):
         measured = {"f_small": 0.0, "f_medium": 0.0, "f_large": 0.0}
@@ -123,7 +135,10 @@ def test_function_shares_match_thread_time():
 
 
 def test_thread_shares_match_thread_time():
-    """Tolerance 3 pp per thread. Spread (SPREAD)."""
+    """Tolerance 3 pp per thread. Spread measured by `make spread` (20 first
+    attempts on Python 3.13, 2-core VM): |error| min/median/max
+    0.0002/0.091/0.47, at most 16% of the tolerance (60 comparisons).
+    """
 
     def attempt(scale):
         cpu = {}

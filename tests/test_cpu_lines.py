@@ -42,7 +42,11 @@ class Widget:
 @pytest.mark.skipif(SANITIZED, reason="timing accuracy is not meaningful under ASan")
 @pytest.mark.accuracy
 def test_samples_land_on_the_hot_lines():
-    """Tolerance 5 pp for the big line's share. Spread (SPREAD)."""
+    """Tolerance 5 pp for the big line's share. Spread measured by `make
+    spread` (20 first attempts on Python 3.13, 2-core VM): |error|
+    min/median/max 0.00039/0.22/2.6, at most 53% of the tolerance (20
+    comparisons).
+    """
 
     def attempt(scale):
         # Measure each line's cost, then profile the function.

@@ -20,9 +20,12 @@ import samprof
 def test_blocked_threads_get_no_cpu_samples():
     """Blocked threads get a sample or two at most (waking up costs a few
     microseconds of CPU). The burning main thread's CPU in the profile is
-    compared with its own thread_time, within 10%: its sample count is not
-    the measure, as the perf engine cannot fire during system calls and
-    weighs the next sample instead. Spread (SPREAD)."""
+    compared with its own thread_time, within 10%: its sample count is not the
+    measure, as the perf engine cannot fire during system calls and weighs the
+    next sample instead. Spread measured by `make spread` (20 first attempts
+    on Python 3.13, 2-core VM): |error| min/median/max 0.00084%/0.0079%/0.38%,
+    at most 4% of the tolerance (20 comparisons).
+    """
 
     def attempt(scale):
         a, b = socket.socketpair()
@@ -74,7 +77,11 @@ def test_native_thread_without_python_state(native_lib):
 
 @pytest.mark.accuracy
 def test_threads_started_before_and_after_start():
-    """Tolerance 10% + 10 ms of each thread's CPU. Spread (SPREAD)."""
+    """Tolerance 10% + 10 ms of each thread's CPU. Spread measured by `make
+    spread` (20 first attempts on Python 3.13, 2-core VM): |error|
+    min/median/max 7.6e-05/0.00055/0.0016, at most 3% of the tolerance (40
+    comparisons).
+    """
 
     def attempt(scale):
         go = threading.Event()

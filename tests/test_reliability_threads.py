@@ -22,7 +22,10 @@ def test_thousands_of_short_lived_threads(tmp_path):
     """Threads born and dead between two scans of the thread registry are
     sampled by the process-wide ITIMER_PROF; the others by their own timer.
     Either way their CPU must show: tolerance 25% of what they measured.
-    Spread (SPREAD)."""
+    Spread measured by `make spread` (20 first attempts on Python 3.13, 2-core
+    VM): |error| min/median/max 5.1%/5.9%/7.6%, at most 31% of the tolerance
+    (20 comparisons).
+    """
     lib = rh.native_library()
     out = tmp_path / "threads.pb.gz"
     at_once = max(2, min(4, os.cpu_count() or 2))

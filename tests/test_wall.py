@@ -66,7 +66,10 @@ WAITERS = [_sleep, _socket_read, _lock_wait, _c_poll, _c_nanosleep, _spin]
 @pytest.mark.accuracy
 @pytest.mark.parametrize("hz", [100, 1000])
 def test_every_thread_gets_duration_times_hz_samples(hz):
-    """Tolerance 10% of duration x hz per thread. Spread (SPREAD)."""
+    """Tolerance 10% of duration x hz per thread. Spread measured by `make
+    spread` (20 first attempts on Python 3.13, 2-core VM): |error|
+    min/median/max 0%/1%/4%, at most 40% of the tolerance (240 comparisons).
+    """
 
     def attempt(scale):
         seconds = 1.0 * scale
@@ -187,8 +190,11 @@ def test_stacks_are_real_call_paths(mode):
 @pytest.mark.skipif(SANITIZED, reason="timing accuracy is not meaningful under ASan")
 @pytest.mark.accuracy
 def test_thread_state_matches_reality():
-    """A spinning thread is on-CPU at least 90% of its samples, a sleeping
-    one off-CPU at least 95%. Spread (SPREAD)."""
+    """A spinning thread is on-CPU at least 90% of its samples, a sleeping one
+    off-CPU at least 95%. Spread measured by `make spread` (20 first attempts
+    on Python 3.13, 2-core VM): margin above the floor min/median/max
+    0.0378/0.0718/0.1 (40 comparisons).
+    """
 
     def attempt(scale):
         threads = [
