@@ -36,18 +36,21 @@ def test_gc_share_matches_gc_callbacks(mode):
     """The truth is the time between gc.callbacks' start and stop phases,
     measured by a callback that runs before samprof's. Tolerance 3 pp.
     Spread measured by `make spread` (20 first attempts on Python 3.13,
-    2-core VM), signed error min/median/max: cpu -0.41/+0.06/+0.72 pp;
-    wall +1.31/+1.68/+3.11 pp, one miss in 20. Wall mode still comes out
-    above the truth every time: a smaller bias, not yet explained, left
-    visible here rather than hidden by a wider tolerance.
+    2-core VM), signed error min/median/max: cpu -0.59/+0.02/+0.77 pp,
+    wall -0.67/+0.06/+0.81 pp (3.9, 8 runs: within +/-0.5 pp).
 
-    This test found a bias, not noise: with the perf engine <gc> came out
-    2-3 pp above the truth every time, with POSIX timers not. A perf sample
-    carries the CPU time since the previous one, and the allocation burst
-    before each collection ends in kernel time (page faults) that the
-    user-mode-only event cannot interrupt, so that carry went to the first
-    sample inside the collection. The sampler now settles the carry at GC
-    boundaries (sampler.c, sampler_settle_perf_carry).
+    This test found two biases, not noise, both now fixed:
+    - With the perf engine <gc> came out 2-3 pp above the truth every
+      time, with POSIX timers not. A perf sample carries the CPU time since
+      the previous one, and the allocation burst before each collection
+      ends in kernel time (page faults) that the user-mode-only event
+      cannot interrupt, so that carry went to the first sample inside the
+      collection. The sampler settles the carry at GC boundaries
+      (sampler.c, sampler_settle_perf_carry).
+    - Wall mode stayed +1.3 to +3.1 pp above: a collection that ended
+      before the wall sampler's first tick had seen its thread was charged
+      twice, by the perf signals and by the wall sampler (wall.c,
+      wall_gc_end).
     """
     clock = time.thread_time if mode == "cpu" else time.monotonic
     cls = samprof.CPUProfiler if mode == "cpu" else samprof.WallProfiler

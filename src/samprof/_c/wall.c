@@ -17,7 +17,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collect.h"
 #include "frames.h"
@@ -600,7 +602,14 @@ wall_gc_end(void)
     }
     wall_thread_t *th = &W.threads[idx];
     th->seen = W.generation;
-    if (!W.on_cpu_sampler || !th->split) {
+    /* Whether the CPU sampler takes this thread's on-CPU time, asked of
+     * the sampler itself: th->split is only set once a tick has accounted
+     * the thread, and a collection that ends before that tick would
+     * otherwise be charged twice, by the signals that sampled it and here
+     * (the first collection of a profile came out 10 ms too long). The
+     * collection runs on this very thread, so its id is ours. */
+    int32_t tid = th->tid != 0 ? th->tid : (int32_t)syscall(SYS_gettid);
+    if (!W.on_cpu_sampler || !sampler_thread_armed(tid)) {
         /* The sampler accounts this interval to the thread at its next
          * tick; the GC's share is taken out of it there. */
         wall_gc_charge(th, ts);
