@@ -61,14 +61,25 @@ def test_stack_table_cap(tmp_path, mode, hz):
 
 
 def test_start_stop_ten_thousand_times():
+    """A leak grows with the cycles; the allocator's one-off steps do not.
+    VmRSS is read every tenth of the cycles. Measured over 12 runs of
+    10,000 cycles on 3.13: in half of them RSS stepped up once, by 4.1 to
+    5.2 MiB, at a random point (glibc's dynamic mmap threshold keeps a
+    freed ring buffer in the heap; its pages stay resident), and was flat
+    before and after; leaving that one step out, the growth was 4 to 24 KiB
+    in every run. So the growth outside the largest step must stay under
+    1 MiB (a leak of 110 bytes per cycle would cross it), and the step
+    itself under 8 MiB."""
     cycles = 1000 if SANITIZED else 10_000
     proc = rh.run_script("memory_caps.py", "cycles", str(cycles), timeout=600, env=_env())
     result = rh.last_json(proc.stdout)
     base, end = result["base"], result["end"]
-    grown = end["rss_kib"] - base["rss_kib"]
-    # The sanitizer's allocator keeps more for itself.
-    slack = 8 * 1024 if SANITIZED else 4 * 1024
-    assert grown < slack, f"VmRSS grew by {grown} KiB over {cycles} start/stop cycles: {result}"
+    rss = result["rss_kib"]
+    steps = [b - a for a, b in zip(rss, rss[1:])]
+    largest = max(steps)
+    grown = rss[-1] - rss[0] - largest
+    assert grown < 1024, f"VmRSS grew by {grown} KiB besides one step of {largest}: {result}"
+    assert largest < 8 * 1024, f"VmRSS stepped up by {largest} KiB at once: {result}"
     assert end["fds"] == base["fds"], result
     assert end["timers"] == base["timers"] == 0, result
     # The churner thread may be between two of its threads.

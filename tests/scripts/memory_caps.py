@@ -92,10 +92,17 @@ def cycles(n: int) -> dict:
     wall = samprof.WallProfiler(hz=1000)
     warmup = min(500, n // 10)
     base = {}
+    # VmRSS every tenth of the cycles after the warm-up: a leak grows with
+    # the cycles, a one-off step (an allocator arena, a cached thread
+    # stack) does not.
+    every = max(1, (n - warmup) // 10)
+    rss = []
     for i in range(n):
         if i == warmup:
             gc.collect()
             base = snapshot()
+        if i >= warmup and (i - warmup) % every == 0:
+            rss.append(rh.rss_kib())
         prof = cpu if i % 2 == 0 else wall
         prof.start()
         if i % 100 == 0:
@@ -104,10 +111,11 @@ def cycles(n: int) -> dict:
         prof.stop()
     gc.collect()
     end = snapshot()
+    rss.append(end["rss_kib"])
     stop.set()
     for t in threads:
         t.join()
-    return {"cycles": n, "warmup": warmup, "base": base, "end": end}
+    return {"cycles": n, "warmup": warmup, "base": base, "end": end, "rss_kib": rss}
 
 
 def snapshot() -> dict:
