@@ -69,17 +69,27 @@ def test_start_stop_ten_thousand_times():
     before and after; leaving that one step out, the growth was 4 to 24 KiB
     in every run. So the growth outside the largest step must stay under
     1 MiB (a leak of 110 bytes per cycle would cross it), and the step
-    itself under 8 MiB."""
+    itself under 8 MiB.
+
+    Under ASan (1,000 cycles) RSS grew by 2.0 to 2.3 MiB in each of 5 runs,
+    by less in each tenth (about 500 KiB in the first, under 100 KiB in the
+    last): the sanitizer's allocator and thread registry filling up, not a
+    leak, which the normal build's check would show at any rate above a
+    few bytes per cycle. There the whole growth must stay under 8 MiB."""
     cycles = 1000 if SANITIZED else 10_000
     proc = rh.run_script("memory_caps.py", "cycles", str(cycles), timeout=600, env=_env())
     result = rh.last_json(proc.stdout)
     base, end = result["base"], result["end"]
     rss = result["rss_kib"]
-    steps = [b - a for a, b in zip(rss, rss[1:])]
-    largest = max(steps)
-    grown = rss[-1] - rss[0] - largest
-    assert grown < 1024, f"VmRSS grew by {grown} KiB besides one step of {largest}: {result}"
-    assert largest < 8 * 1024, f"VmRSS stepped up by {largest} KiB at once: {result}"
+    if SANITIZED:
+        grown = rss[-1] - rss[0]
+        assert grown < 8 * 1024, f"VmRSS grew by {grown} KiB over {cycles} cycles: {result}"
+    else:
+        steps = [b - a for a, b in zip(rss, rss[1:])]
+        largest = max(steps)
+        grown = rss[-1] - rss[0] - largest
+        assert grown < 1024, f"VmRSS grew by {grown} KiB besides one step of {largest}: {result}"
+        assert largest < 8 * 1024, f"VmRSS stepped up by {largest} KiB at once: {result}"
     assert end["fds"] == base["fds"], result
     assert end["timers"] == base["timers"] == 0, result
     # The churner thread may be between two of its threads.
