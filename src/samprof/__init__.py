@@ -12,10 +12,22 @@ process and read it with ``go tool pprof`` or ``samprof top``::
     with samprof.CPUProfiler(hz=1000) as prof:
         work()
     open("cpu.pb.gz", "wb").write(prof.result)
+
+Profiles are read, written, merged and compared by :mod:`samprof.pprof`,
+which is pure Python. The profilers need the compiled core; their names are
+loaded on first use, so ``import samprof`` and ``import samprof.pprof`` work
+where the core is not built, and using a profiler there raises an
+ImportError that says how to build it.
 """
 
-from samprof._labels import current_labels, labels
-from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, List
+
+if TYPE_CHECKING:
+    from samprof._labels import current_labels, labels
+    from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
 
 __all__ = [
     "CPUProfiler",
@@ -27,3 +39,27 @@ __all__ = [
     "__version__",
 ]
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it. Each of these modules needs the
+# compiled core (through samprof._core), so none is imported until asked for.
+_LAZY = {
+    "CPUProfiler": "samprof._profiler",
+    "ProfileStats": "samprof._profiler",
+    "ProfilerError": "samprof._profiler",
+    "WallProfiler": "samprof._profiler",
+    "current_labels": "samprof._labels",
+    "labels": "samprof._labels",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'samprof' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -18,7 +18,7 @@ set up in a cache and stores its id where the signal handler (thread-local
 storage) and the wall sampler (the thread-state dict) read it, without
 allocating in the handler. A label set is a small integer id, so a future
 asyncio integration only has to save the id per task
-(``_samprof.set_thread_labels`` returns the previous one) and restore it
+(``_core.set_thread_labels`` returns the previous one) and restore it
 when the event loop switches tasks.
 """
 
@@ -27,12 +27,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Dict, TypeVar
 
-from samprof import _samprof
+from samprof import _core
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class labels(_samprof.labels):
+class labels(_core.labels):
     """Context manager and decorator that labels the samples taken inside.
 
     Keys and values are strings: ``labels(route="/wiki")``. Blocks nest;
@@ -48,7 +48,7 @@ class labels(_samprof.labels):
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _samprof.labels(**pairs):
+            with _core.labels(**pairs):
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
@@ -56,4 +56,4 @@ class labels(_samprof.labels):
 
 def current_labels() -> Dict[str, str]:
     """The labels in effect in the calling thread."""
-    return dict(_samprof.thread_labels())
+    return dict(_core.thread_labels())

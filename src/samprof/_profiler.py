@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Dict, Optional, Type
 
-from samprof import _samprof
+from samprof import _core
 
-ProfilerError = _samprof.ProfilerError
+ProfilerError = _core.ProfilerError
 
 _ENGINES = ("auto", "perf", "timer", "itimer")
 _MAX_HZ = 100_000
@@ -44,8 +44,8 @@ def _arm_new_threads() -> None:
         return
 
     def _bootstrap_inner(self: threading.Thread) -> None:
-        if _samprof.is_running():
-            _samprof._arm_this_thread()
+        if _core.is_running():
+            _core._arm_this_thread()
         original(self)
 
     _bootstrap_inner._samprof_hook = True  # type: ignore[attr-defined]
@@ -131,7 +131,7 @@ class _Profiler:
         engine: str = "auto",
         signal: int = _signal.SIGPROF,
         max_depth: int = 256,
-        max_stacks: int = _samprof.MAX_SAMPLES,
+        max_stacks: int = _core.MAX_SAMPLES,
     ) -> None:
         self.hz = _check_hz(hz)
         if engine not in _ENGINES:
@@ -161,7 +161,7 @@ class _Profiler:
         with _lock:
             if self._running:
                 raise ProfilerError("this profiler is already running; call stop() first")
-            _samprof.start(
+            _core.start(
                 self._mode,
                 self.hz,
                 self.engine,
@@ -173,8 +173,8 @@ class _Profiler:
             self._running = True
             _active = self
             _arm_new_threads()
-            if _samprof.gc_callback not in gc.callbacks:
-                gc.callbacks.append(_samprof.gc_callback)
+            if _core.gc_callback not in gc.callbacks:
+                gc.callbacks.append(_core.gc_callback)
 
     def stop(self) -> bytes:
         """Stop sampling and return the profile as gzipped pprof bytes."""
@@ -185,10 +185,10 @@ class _Profiler:
             self._running = False
             _active = None
             try:
-                gc.callbacks.remove(_samprof.gc_callback)
+                gc.callbacks.remove(_core.gc_callback)
             except ValueError:
                 pass
-            raw, stats = _samprof.stop()
+            raw, stats = _core.stop()
         self.stats = ProfileStats._from_core(stats)
         self.result = gzip.compress(raw, compresslevel=6, mtime=0)
         return self.result
@@ -249,10 +249,10 @@ def _after_fork_in_child() -> None:
         _active._running = False
         _active = None
     try:
-        gc.callbacks.remove(_samprof.gc_callback)
+        gc.callbacks.remove(_core.gc_callback)
     except ValueError:
         pass
-    _samprof._after_fork_child()
+    _core._after_fork_child()
 
 
 atexit.register(_stop_at_exit)

@@ -4,14 +4,17 @@
 
     samprof record [--hz N] [-o FILE] [--] script.py [args ...]
     samprof record [--hz N] [-o FILE] -m module [args ...]
-    samprof top FILE [-n N] [--sample-type TYPE]
+    samprof top FILE|DIR ... [-n N] [--sample-type TYPE] [--diff-base FILE|DIR]
 
 ``record`` runs a program the way ``python`` would run it (same ``sys.argv``,
 ``__main__``, ``sys.path[0]``, exit status, stdin and stdout) while profiling
 it, and writes the profile when the program ends. Everything after the script
 or module name belongs to the program. samprof itself writes only to stderr.
 
-``top`` prints the functions that used the most, like ``go tool pprof -top``.
+``top`` prints the functions that used the most, like ``go tool pprof -top``:
+of one profile, of several merged (files, or every file of a directory), or
+of the difference from a base. It needs only the profiles, not samprof's
+compiled core.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import types
 import zipfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from samprof.pprof import PprofError, Profile
+from samprof import pprof
 from samprof.report import top
 
 __all__ = ["main"]
@@ -146,7 +149,12 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="show the functions that used the most",
         description="Print the top functions of a profile, like go tool pprof -top.",
     )
-    show.add_argument("file", metavar="FILE", help="a pprof profile (gzipped or not)")
+    show.add_argument(
+        "files",
+        metavar="FILE",
+        nargs="+",
+        help="pprof profiles (gzipped or not), or directories of them; several are merged",
+    )
     show.add_argument(
         "-n", type=_positive_int, default=20, help="how many functions to show (default 20)"
     )
@@ -154,6 +162,13 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--sample-type",
         metavar="TYPE",
         help="sample type to report, e.g. cpu or samples (default: the profile's default)",
+    )
+    show.add_argument(
+        "--diff-base",
+        metavar="FILE",
+        action="append",
+        help="show the change from this profile (or directory of them; may repeat), "
+        "as go tool pprof -diff_base does",
     )
     return parser, record
 
@@ -336,7 +351,10 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         script, module, target_argv = rest[0], None, rest[1:]
     else:
         parser.error("a script or -m module is required")
-    classes = _profiler_classes()
+    try:
+        classes = _profiler_classes()
+    except ImportError as e:
+        return _error(str(e))
     if opts.mode not in classes:
         parser.error(
             f"argument --mode: invalid choice: {opts.mode!r} (choose from {', '.join(classes)})"
@@ -404,16 +422,67 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
     return status
 
 
+class _CannotLoad(Exception):
+    """A profile that cannot be read; the message says which and why."""
+
+
+def _profile_files(paths: Sequence[str]) -> List[str]:
+    """The files named, with each directory replaced by the files in it
+    (sorted; hidden ones and subdirectories skipped)."""
+    files = []
+    for path in paths:
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as e:
+            raise _CannotLoad(f"cannot read {path}: {e.strerror or e}") from None
+        found = [
+            os.path.join(path, name)
+            for name in names
+            if not name.startswith(".") and os.path.isfile(os.path.join(path, name))
+        ]
+        if not found:
+            raise _CannotLoad(f"no profiles in directory {path}")
+        files.extend(found)
+    return files
+
+
+def _load(paths: Sequence[str]) -> pprof.Profile:
+    """The profiles at ``paths`` (files or directories), merged."""
+    profiles = []
+    files = _profile_files(paths)
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise _CannotLoad(f"cannot read {path}: {e.strerror or e}") from None
+        try:
+            profiles.append(pprof.read(data))
+        except pprof.PprofError as e:
+            raise _CannotLoad(f"{path} is not a valid pprof profile: {e}") from None
+    if len(profiles) == 1:
+        return profiles[0]
+    try:
+        return pprof.merge(profiles)
+    except ValueError as e:
+        # The message numbers the profiles; name the files instead.
+        raise _CannotLoad(f"cannot merge {', '.join(files)}: {e}") from None
+
+
 def _top(opts: argparse.Namespace) -> int:
     try:
-        with open(opts.file, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        return _error(f"cannot read {opts.file}: {e.strerror or e}")
-    try:
-        profile = Profile.parse(data)
-    except PprofError as e:
-        return _error(f"{opts.file} is not a valid pprof profile: {e}")
+        profile = _load(opts.files)
+        if opts.diff_base:
+            base = _load(opts.diff_base)
+            try:
+                profile = pprof.diff(profile, base)
+            except ValueError as e:
+                return _error(f"cannot compare with the base: {e}")
+    except _CannotLoad as e:
+        return _error(str(e))
     try:
         text = top(profile, n=opts.n, sample_type=opts.sample_type)
     except ValueError as e:

@@ -19,7 +19,7 @@ import datetime
 import os
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
-from samprof.pprof import Profile
+from samprof.pprof import DIFF_BASE_LABEL, Profile
 
 __all__ = ["format_percent", "format_value", "top"]
 
@@ -216,6 +216,8 @@ def top(
     cumulative value counts each sample once, however many times the function
     recurses in it. Functions whose cumulative value is below
     ``node_fraction`` of the total are dropped first, as pprof drops them.
+    For a diff (:func:`samprof.pprof.diff`), percentages are of the base's
+    total, as pprof's ``-diff_base`` shows them.
     Raises ValueError for an unknown sample type.
     """
     if n < 1:
@@ -226,9 +228,12 @@ def top(
     flat: Dict[str, int] = {}
     cum: Dict[str, int] = {}
     total = 0
+    base_total = 0
     for sample in profile.samples:
         value = sample.values[index]
         total += abs(value)
+        if DIFF_BASE_LABEL in sample.labels:
+            base_total += abs(value)
         if value == 0:
             continue
         names = [frame.function for frame in profile.stack_of(sample)]
@@ -238,6 +243,10 @@ def top(
         for name in set(names):
             cum[name] = cum.get(name, 0) + value
 
+    if base_total:
+        # A diff (samprof.pprof.diff, pprof -diff_base): shares are of the
+        # base's total, as pprof computes them.
+        total = base_total
     nodes = [(name, flat.get(name, 0), cum[name]) for name in cum if cum[name] or flat.get(name)]
     # pprof bases the cutoff on the sum of flat values, but prints it as a
     # fraction of the total.
