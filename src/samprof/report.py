@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from samprof.pprof import DIFF_BASE_LABEL, Profile
 
@@ -201,6 +201,12 @@ def _output_unit(unit: str, shown: List[Tuple[str, int, int]], total: int) -> st
     return chosen or unit
 
 
+def _inline_label(calls: Optional[Set[bool]]) -> str:
+    if not calls or True not in calls:
+        return ""
+    return " (partial-inline)" if False in calls else " (inline)"
+
+
 def top(
     profile: Profile,
     n: int = 20,
@@ -227,6 +233,10 @@ def top(
 
     flat: Dict[str, int] = {}
     cum: Dict[str, int] = {}
+    # function -> whether its calls from its callers were inlined (True),
+    # not (False), or both, as pprof labels a node "(inline)" or
+    # "(partial-inline)".
+    calls_in: Dict[str, Set[bool]] = {}
     total = 0
     base_total = 0
     for sample in profile.samples:
@@ -236,12 +246,19 @@ def top(
             base_total += abs(value)
         if value == 0:
             continue
-        names = [frame.function for frame in profile.stack_of(sample)]
-        if not names:
+        frames = profile.stack_of(sample)
+        if not frames:
             continue
+        names = [frame.function for frame in frames]
         flat[names[0]] = flat.get(names[0], 0) + value
         for name in set(names):
             cum[name] = cum.get(name, 0) + value
+        # The call into each frame from the one above it (recursion aside):
+        # inlined when the frame is not its location's outermost line.
+        inlined = profile.inlined_of(sample)
+        for i in range(len(names) - 1):
+            if names[i] != names[i + 1]:
+                calls_in.setdefault(names[i], set()).add(inlined[i])
 
     if base_total:
         # A diff (samprof.pprof.diff, pprof -diff_base): shares are of the
@@ -279,6 +296,6 @@ def top(
         lines.append(
             f"{fmt(flat_value):>10} {format_percent(flat_value, total)} "
             f"{format_percent(running, total)} {fmt(cum_value):>10} "
-            f"{format_percent(cum_value, total)}  {name}"
+            f"{format_percent(cum_value, total)}  {name}{_inline_label(calls_in.get(name))}"
         )
     return "\n".join(lines) + "\n"

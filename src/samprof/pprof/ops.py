@@ -229,17 +229,20 @@ def _round_half_away(x: float) -> int:
 def _check_compatible(first: Profile, other: Profile, index: int) -> None:
     """ValueError unless ``other`` (profile number ``index``) has the same
     period type and sample types as ``first``."""
-    if first.period_type != other.period_type:
-        raise ValueError(
-            f"profile {index} has period type {other.period_type}, "
-            f"profile 0 has {first.period_type}: they cannot be merged"
-        )
     if first.sample_types != other.sample_types:
         mine = " ".join(map(str, first.sample_types)) or "none"
         theirs = " ".join(map(str, other.sample_types)) or "none"
         raise ValueError(
             f"profile {index} has sample types [{theirs}], profile 0 has [{mine}]: "
             "they cannot be merged"
+        )
+    if first.period_type != other.period_type:
+        mine, theirs = (
+            str(vt) if vt.type or vt.unit else "none"
+            for vt in (first.period_type, other.period_type)
+        )
+        raise ValueError(
+            f"profile {index} has period type {theirs}, profile 0 has {mine}: they cannot be merged"
         )
 
 

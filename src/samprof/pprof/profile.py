@@ -240,8 +240,9 @@ class Profile:
         if stale_functions or len(self._locations_by_id) != len(self.locations):
             # The lists were edited by hand since the indexes were made.
             self._index()
+        made_labels = _labels_from(labels)
         location_ids = [self._location_for(Frame(*frame)) for frame in stack]
-        sample = Sample(location_ids, [int(v) for v in values], _labels_from(labels))
+        sample = Sample(location_ids, [int(v) for v in values], made_labels)
         self.samples.append(sample)
         return sample
 
@@ -357,6 +358,15 @@ class Profile:
                 else:
                     frames.append(Frame(function.name, function.filename, line.line))
         return frames
+
+    def inlined_of(self, sample: Sample) -> List[bool]:
+        """For each frame :meth:`stack_of` gives, whether it was inlined into
+        its caller: true for every line of a location but the last."""
+        inlined: List[bool] = []
+        for location_id in sample.location_ids:
+            lines = len(self._locations_by_id[location_id].lines)
+            inlined.extend(i < lines - 1 for i in range(max(lines, 1)))
+        return inlined
 
     def labels_of(self, sample: Sample) -> Dict[str, Union[str, int]]:
         """The sample's labels as a dict: strings for string labels, ints for
