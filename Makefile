@@ -13,6 +13,7 @@
 #   PYTEST_ARGS   extra pytest arguments, e.g. PYTEST_ARGS='-k heap -x'
 #   WERROR        1 (default): compile the C core with -Werror
 #   N             runs for flake-hunt (default 10) and spread (default 20)
+#   SECONDS, SEED how long fuzz runs (default 300) and its random seed
 #   SANITIZE      1: flake-hunt against the ASan+UBSan build
 
 SHELL := /bin/bash
@@ -84,8 +85,8 @@ endef
 # $(call extension,DIR): path of the compiled core installed in DIR.
 extension = $$(ls $(1)/lib/python3*/site-packages/samprof/_samprof*.so)
 
-# The statistical accuracy tests (marker `accuracy`, tests/measure.py) run
-# at full length on the oldest and the newest Python and at half length on
+# The statistical accuracy tests (marker `accuracy`, tests/support/measure.py)
+# run at full length on the oldest and the newest Python and at half length on
 # the others (they still measure again, longer, before failing).
 ACCURACY_FULL := $(firstword $(PYTHON_VERSIONS)) $(lastword $(PYTHON_VERSIONS))
 
@@ -193,6 +194,16 @@ spread: ## Run the accuracy tests N times (N=20; PYTHON) without retries: each e
 	    tests/tools/flake_hunt.py $(or $(N),20) build/spread/$(HUNT_NAME) -- \
 	    $(HUNT_VENV)/bin/$(PYTEST) -m accuracy || true; \
 	$(HUNT_VENV)/bin/python tests/tools/spread.py "$$log" | tee build/spread/$(HUNT_NAME).txt
+
+.PHONY: fuzz
+fuzz: ## Fuzz the pprof reader for SECONDS (default 300; PYTHON, SEED): prints what it found.
+	$(call make_venv,$(HUNT_VENV),$(PYTHON))
+	$(call install_package,$(HUNT_VENV),test)
+	$(HUNT_VENV)/bin/python tests/scripts/fuzz_pprof.py $(or $(SECONDS),300) $(or $(SEED),1) \
+	    | $(HUNT_VENV)/bin/python -c 'import json, sys; r = json.load(sys.stdin); \
+	        print(r["cases"], "cases", r["by_mutation"]); \
+	        [print(f["mutation"], f["error"], f["traceback"], f["input"], sep="\n") for f in r["failures"]]; \
+	        sys.exit(1 if r["failures"] else 0)'
 
 .PHONY: bench
 bench: ## Run the benchmarks and rewrite docs/benchmarks.md (python -m benchmarks; venv .venv-bench).

@@ -15,7 +15,7 @@ from setuptools.command.build_ext import build_ext
 sources = sorted(glob.glob("src/samprof/_c/*.c"))
 compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden", "-fno-strict-aliasing"]
 # Bind every symbol when the module loads, so the signal handler never runs
-# the dynamic linker (DESIGN.md §2).
+# the dynamic linker (docs/design.md §2).
 link_args = ["-Wl,-z,now"]
 macros = []
 

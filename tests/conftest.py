@@ -1,152 +1,39 @@
-"""Shared test helpers: every profile a test produces is checked by
-``go tool pprof`` and by an independent protobuf decoder."""
+"""Fixtures and hooks for the whole suite. The helpers tests share are in
+the package tests/support/ (see its __init__)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections import defaultdict
-from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
+# tests/ on sys.path, so that `import support` works from every folder.
 sys.path.insert(0, os.path.dirname(__file__))
 
-import pprof_proto  # noqa: E402
-
-SANITIZED = os.environ.get("SAMPROF_SANITIZED") == "1"
-
-
-def go_binary() -> str:
-    """The go tool. Tests that need it fail, not skip, when it is missing:
-    `make deps` (run by .ci/run) installs Debian's golang-go."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.fail("`go` is not installed: run `make deps` (apt-get install golang-go)")
-    return go
-
-
-def go_pprof(data: bytes, *args: str) -> str:
-    """Runs `go tool pprof <args> FILE` on data and returns its stdout."""
-    with tempfile.NamedTemporaryFile(suffix=".pb.gz", delete=False) as f:
-        f.write(data)
-        path = f.name
-    try:
-        env = dict(
-            os.environ, PPROF_TMPDIR=tempfile.gettempdir(), HOME=os.environ.get("HOME", "/tmp")
-        )
-        # The sanitizer runtime must not be injected into the Go binary.
-        env.pop("LD_PRELOAD", None)
-        r = subprocess.run(
-            [go_binary(), "tool", "pprof", *args, path],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-    finally:
-        os.unlink(path)
-    assert r.returncode == 0, f"go tool pprof {' '.join(args)} failed:\n{r.stderr}"
-    return r.stdout
-
-
-class View:
-    """A decoded profile with the questions tests ask of it."""
-
-    def __init__(self, data: bytes) -> None:
-        self.msg = pprof_proto.decode(data)
-        pprof_proto.check_well_formed(self.msg)
-        m = self.msg
-        self.strings = list(m.string_table)
-        self.types = [(self.strings[t.type], self.strings[t.unit]) for t in m.sample_type]
-        self.functions = {f.id: f for f in m.function}
-        self.locations = {loc.id: loc for loc in m.location}
-        self.comments = [self.strings[c] for c in m.comment]
-
-    def frames(self, sample) -> List[Tuple[str, str, int]]:
-        """(function name, file name, line) leaf first."""
-        out = []
-        for lid in sample.location_id:
-            for line in self.locations[lid].line:
-                f = self.functions[line.function_id]
-                out.append((self.strings[f.name], self.strings[f.filename], line.line))
-        return out
-
-    def labels(self, sample) -> Dict[str, object]:
-        d: Dict[str, object] = {}
-        for lab in sample.label:
-            key = self.strings[lab.key]
-            d[key] = self.strings[lab.str] if lab.str else lab.num
-        return d
-
-    def samples(self) -> Iterator[Tuple[List[Tuple[str, str, int]], Dict[str, object], List[int]]]:
-        for s in self.msg.sample:
-            yield self.frames(s), self.labels(s), list(s.value)
-
-    def value_index(self, type_name: str) -> int:
-        return [t for t, _ in self.types].index(type_name)
-
-    def total(self, type_name: str = "cpu") -> int:
-        i = self.value_index(type_name)
-        return sum(v[i] for _, _, v in self.samples())
-
-    def by_function(self, type_name: str = "cpu", cumulative: bool = True) -> Dict[str, int]:
-        """Function name -> value; cumulative counts a function once per sample."""
-        i = self.value_index(type_name)
-        out: Dict[str, int] = defaultdict(int)
-        for frames, _, v in self.samples():
-            names = [f[0] for f in frames]
-            for name in set(names) if cumulative else names[:1]:
-                out[name] += v[i]
-        return dict(out)
-
-    def by_label(self, key: str, type_name: str = "cpu") -> Dict[Optional[object], int]:
-        i = self.value_index(type_name)
-        out: Dict[Optional[object], int] = defaultdict(int)
-        for _, labels, v in self.samples():
-            out[labels.get(key)] += v[i]
-        return dict(out)
-
-
-def check_profile(data: bytes, go: bool = True) -> View:
-    """Decodes data independently, checks pprof's invariants, and has
-    `go tool pprof` read it (-top and -raw)."""
-    view = View(data)
-    if go:
-        go_pprof(data, "-top")
-        go_pprof(data, "-raw")
-    return view
+from support import measure  # noqa: E402
+from support.native import native_library  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def native_lib(tmp_path_factory):
+def native_lib():
     """tests/native/burn.c compiled and loaded with ctypes: threads that
     Python never sees, and raw libc calls."""
-    import ctypes
-
-    out = tmp_path_factory.mktemp("native") / "libsamprof_testnative.so"
-    src = os.path.join(os.path.dirname(__file__), "native", "burn.c")
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(out), src], check=True)
-    return ctypes.CDLL(str(out))
+    return native_library("burn.c")
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "accuracy: compares measured shares or totals with truth (tests/measure.py); "
+        "accuracy: compares measured shares or totals with truth (tests/support/measure.py); "
         "SAMPROF_ACCURACY=short runs each at half length",
     )
 
 
 def pytest_terminal_summary(terminalreporter):
-    import measure
-
     if not measure.RETRIED:
         return
-    terminalreporter.section("measurements retried (tests/measure.py)")
+    terminalreporter.section("measurements retried (tests/support/measure.py)")
     for test, attempt, scale, took, why in measure.RETRIED:
         terminalreporter.write_line(
             f"{test}: attempt {attempt} (x{scale:g}, {took:.1f}s) missed: {why[:300]}"

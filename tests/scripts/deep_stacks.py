@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-import reliability_helpers as rh
+from support.workloads import spin
 
 import samprof
 
@@ -40,7 +40,7 @@ def profiler(mode: str, hz: int, **kw):
 
 
 def deep_recursion_leaf(seconds: float) -> None:
-    rh.spin(seconds)
+    spin(seconds)
 
 
 def deep_recursion(n: int, seconds: float) -> int:

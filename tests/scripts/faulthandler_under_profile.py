@@ -21,17 +21,17 @@ import os
 import signal
 import sys
 
-import reliability_helpers as rh
+from support.workloads import burn_cpu
 
 import samprof
 
 
 def burning_while_watched() -> None:
-    rh.burn_cpu(0.6)
+    burn_cpu(0.6)
 
 
 def crash_while_profiled() -> None:
-    rh.burn_cpu(0.05)
+    burn_cpu(0.05)
     # Read a page mapped without access rights (address 0 is not always
     # unmapped).
     libc = ctypes.CDLL(None)
@@ -56,7 +56,7 @@ def dump(out: str) -> None:
             faulthandler.dump_traceback_later(0.3, file=f)
             burning_while_watched()
             os.kill(os.getpid(), signal.SIGUSR1)
-            rh.burn_cpu(0.05)
+            burn_cpu(0.05)
         faulthandler.cancel_dump_traceback_later()
         faulthandler.unregister(signal.SIGUSR1)
         faulthandler.disable()

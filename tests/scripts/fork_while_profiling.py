@@ -11,7 +11,7 @@ MODE is cpu, wall, or none (samprof imported, nothing running). SCENARIO:
         handler thread
   exec  children that exec /bin/true (os.fork + os.execv, and subprocess)
 
-In every forked child: profiling is off (_samprof.is_running() and the
+In every forked child: profiling is off (_core.is_running() and the
 parent's profiler object say so), and a new CPUProfiler starts, stops and
 returns a valid profile. The parent keeps profiling through all of it and
 afterwards burns CPU under the label phase=after-fork, so the test can see
@@ -32,10 +32,10 @@ import threading
 import time
 import warnings
 
-import reliability_helpers as rh
+from support.workloads import burn_cpu
 
 import samprof
-from samprof import _samprof
+from samprof import _core
 from samprof.pprof import Profile
 
 # 3.12+ warns that forking a multi-threaded process may deadlock: that is
@@ -48,26 +48,26 @@ PARENT_PROFILER = None
 
 def check_in_child() -> str:
     """What is wrong with profiling in a forked child, or ""."""
-    if _samprof.is_running():
-        return "_samprof.is_running() is True in the child"
+    if _core.is_running():
+        return "_core.is_running() is True in the child"
     if PARENT_PROFILER is not None and PARENT_PROFILER.running:
         return "the parent's profiler object says it is running in the child"
     prof = samprof.CPUProfiler(hz=1000)
     prof.start()
-    rh.burn_cpu(0.03)
+    burn_cpu(0.03)
     data = prof.stop()
     if data[:2] != b"\x1f\x8b":
         return "the child's profile is not gzipped"
     profile = Profile.parse(gzip.decompress(data))
     if not profile.samples:
         return f"the child's profile has no samples ({prof.stats})"
-    if _samprof.is_running():
-        return "_samprof.is_running() is True after stop() in the child"
+    if _core.is_running():
+        return "_core.is_running() is True after stop() in the child"
     return ""
 
 
 def pool_task(i: int) -> str:
-    rh.burn_cpu(0.01)
+    burn_cpu(0.01)
     return check_in_child()
 
 
@@ -93,7 +93,7 @@ def fail(message: str) -> None:
 def child_main(use_sys_exit: bool) -> None:
     """Runs in a forked child; never returns."""
     try:
-        rh.burn_cpu(0.01)
+        burn_cpu(0.01)
         problem = check_in_child()
     except BaseException as e:  # the child must not unwind into the parent's code
         problem = f"{type(e).__name__}: {e}"
@@ -116,7 +116,7 @@ def scenario_fork() -> dict:
             child_main(use_sys_exit=(i % 2 == 1))
         status = wait_child(pid)
         results.append(os.waitstatus_to_exitcode(status))
-        rh.burn_cpu(0.005)
+        burn_cpu(0.005)
     if any(results):
         fail(f"forked children failed: exit statuses {results}")
     return {"children": len(results)}
@@ -164,11 +164,11 @@ def scenario_exec() -> dict:
 
 def busy(stop: threading.Event) -> None:
     while not stop.is_set():
-        rh.burn_cpu(0.002)
+        burn_cpu(0.002)
 
 
 def after_fork_burn() -> None:
-    rh.burn_cpu(0.2)
+    burn_cpu(0.2)
 
 
 def main() -> None:
@@ -181,7 +181,7 @@ def main() -> None:
         cls = samprof.CPUProfiler if mode == "cpu" else samprof.WallProfiler
         PARENT_PROFILER = cls(hz=1000)
         PARENT_PROFILER.start()
-    rh.burn_cpu(0.05)
+    burn_cpu(0.05)
     result = {"fork": scenario_fork, "pool": scenario_pool, "exec": scenario_exec}[scenario]()
     prof = PARENT_PROFILER
     if prof is None:
@@ -189,7 +189,7 @@ def main() -> None:
         worker.join()
         print(json.dumps(result), flush=True)
         return
-    if not prof.running or not _samprof.is_running():
+    if not prof.running or not _core.is_running():
         fail("the parent's profile stopped after fork")
     with samprof.labels(phase="after-fork"):
         after_fork_burn()

@@ -23,7 +23,9 @@ import sys
 import threading
 import time
 
-import reliability_helpers as rh
+from support.native import native_library
+from support.procfs import native_threads, open_fds, posix_timers, rss_kib
+from support.workloads import burn_cpu
 
 import samprof
 
@@ -42,16 +44,16 @@ def stacks(mode: str, hz: int, max_stacks: int, functions: int, out: str) -> dic
         cls = samprof.WallProfiler
     else:
         fns = generated_functions(functions, "work(0.0003)")
-        work = rh.burn_cpu
+        work = burn_cpu
         cls = samprof.CPUProfiler
     gc.collect()
-    before = rh.rss_kib()
+    before = rss_kib()
     prof = cls(hz=hz, max_stacks=max_stacks)
     prof.start()
     for fn in fns:
         fn(work)
     data = prof.stop()
-    grown = rh.rss_kib() - before
+    grown = rss_kib() - before
     with open(out, "wb") as f:
         f.write(data)
     stats = prof.stats
@@ -65,7 +67,7 @@ def stacks(mode: str, hz: int, max_stacks: int, functions: int, out: str) -> dic
 
 
 def cycles(n: int) -> dict:
-    lib = rh.native_library()
+    lib = native_library()
     lib.rel_burn_cpu.restype = ctypes.c_double
     lib.rel_burn_cpu.argtypes = [ctypes.c_double]
     stop = threading.Event()
@@ -102,12 +104,12 @@ def cycles(n: int) -> dict:
             gc.collect()
             base = snapshot()
         if i >= warmup and (i - warmup) % every == 0:
-            rss.append(rh.rss_kib())
+            rss.append(rss_kib())
         prof = cpu if i % 2 == 0 else wall
         prof.start()
         if i % 100 == 0:
             # Now and then a profile with samples in it.
-            rh.burn_cpu(0.005)
+            burn_cpu(0.005)
         prof.stop()
     gc.collect()
     end = snapshot()
@@ -120,10 +122,10 @@ def cycles(n: int) -> dict:
 
 def snapshot() -> dict:
     return {
-        "rss_kib": rh.rss_kib(),
-        "fds": rh.open_fds(),
-        "threads": rh.native_threads(),
-        "timers": rh.posix_timers(),
+        "rss_kib": rss_kib(),
+        "fds": open_fds(),
+        "threads": native_threads(),
+        "timers": posix_timers(),
     }
 
 

@@ -1,5 +1,5 @@
 """Summarizes the errors the statistical tests logged (SAMPROF_SPREAD_LOG,
-see tests/measure.py): per test and comparison, min/median/max of the
+see tests/support/measure.py): per test and comparison, min/median/max of the
 signed error and of its magnitude, against the tolerance.
 
 Usage: python spread.py LOG_FILE

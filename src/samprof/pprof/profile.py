@@ -1,8 +1,8 @@
 """The pprof data model: a profile as plain dataclasses, every string-table
 index resolved.
 
-Field names follow google/pprof's ``proto/profile.proto`` (docs/design.md,
-"pprof"); repeated fields are plural. A profile comes from
+Field names follow google/pprof's ``proto/profile.proto`` (docs/design.md
+§7); repeated fields are plural. A profile comes from
 :func:`samprof.pprof.read` (or :meth:`Profile.parse`), or is built in Python
 and written with :func:`samprof.pprof.write`::
 

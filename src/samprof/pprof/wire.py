@@ -2,7 +2,7 @@
 (:mod:`samprof.pprof.decode`) and the writer (:mod:`samprof.pprof.encode`).
 
 The message layout is google/pprof's ``proto/profile.proto``; its field
-numbers are listed in docs/design.md ("pprof"). Each message is a schema
+numbers are listed in docs/design.md §7. Each message is a schema
 here, the one place field numbers are written down.
 """
 
