@@ -5,35 +5,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 from support.processes import run_samprof
+from support.profiles import cpu_profile as _cpu_profile
 from support.profiles import go_pprof_files
+from support.profiles import top_table as rows
 
 from samprof.cli import main
-from samprof.pprof import Frame, Profile, ValueType, diff, merge, read, write
+from samprof.pprof import Profile, ValueType, diff, merge, read, write
 from samprof.report import top
 
 MS = 1_000_000
 
 
-def cpu_profile(stacks: Dict[str, int], period: int = 10 * MS) -> Profile:
-    p = Profile(
-        sample_types=[ValueType("samples", "count"), ValueType("cpu", "nanoseconds")],
-        period_type=ValueType("cpu", "nanoseconds"),
-        period=period,
-        duration_nanos=1_000_000_000,
-    )
-    for stack, count in stacks.items():
-        p.add_sample([Frame(n, f"{n}.py", 1) for n in stack.split(";")], [count, count * period])
-    return p
-
-
-def rows(report: str) -> List[List[str]]:
-    lines = report.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flat", "flat%"])
-    return [line.split() for line in lines[start + 1 :]]
+def cpu_profile(stacks: Dict[str, int]) -> Profile:
+    return _cpu_profile(stacks, duration_nanos=1_000_000_000)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import List
 import pytest
 from support import SCRIPTS
 from support.processes import describe, run_python, samprof_env
-from support.profiles import go_pprof_files
+from support.profiles import go_pprof_files, top_table
 from support.workloads import burn_python_for
 
 import samprof
@@ -21,12 +21,6 @@ from samprof.report import top
 
 # How long the fuzz runs (CI: a few seconds per Python; `make fuzz` longer).
 FUZZ_SECONDS = float(os.environ.get("SAMPROF_FUZZ_SECONDS", "3"))
-
-
-def _rows(report: str) -> List[List[str]]:
-    lines = report.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flat", "flat%"])
-    return [line.split() for line in lines[start + 1 :]]
 
 
 def _cpu_profile() -> bytes:
@@ -78,16 +72,18 @@ def test_profile_tools_work_without_the_compiled_core(tmp_path: Path) -> None:
         status, text, err = result[key]
         assert status == 0, err
         assert text == top(merged, n=1000)
-        assert _rows(text) == _rows(go_pprof_files(files, "-top", "-nodecount=1000"))
+        assert top_table(text) == top_table(go_pprof_files(files, "-top", "-nodecount=1000"))
     status, text, err = result["top_diff"]
     assert status == 0, err
     theirs = go_pprof_files(files, "-top", "-nodecount=1000", f"-diff_base={base}")
-    assert _rows(text) == _rows(theirs)
+    assert top_table(text) == top_table(theirs)
+
     # The files the child wrote read the same in go tool pprof.
-    assert _rows(go_pprof_files([out / "merged.pb.gz"], "-top", "-nodecount=1000")) == _rows(
-        go_pprof_files(files, "-top", "-nodecount=1000")
-    )
-    assert _rows(go_pprof_files([out / "diff.pb.gz"], "-top", "-nodecount=1000")) == _rows(theirs)
+    def go_top(*paths: Path) -> List[List[str]]:
+        return top_table(go_pprof_files(paths, "-top", "-nodecount=1000"))
+
+    assert go_top(out / "merged.pb.gz") == go_top(*files)
+    assert go_top(out / "diff.pb.gz") == top_table(theirs)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

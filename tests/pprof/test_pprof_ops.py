@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from support.profiles import go_pprof_files
+from support.profiles import cpu_profile, go_pprof_files, top_showing, top_table
 from support.workloads import burn_python_for, spin_python
 
 import samprof
@@ -35,26 +35,9 @@ CPU_TYPES = [ValueType("samples", "count"), ValueType("cpu", "nanoseconds")]
 MS = 1_000_000
 
 
-def cpu_profile(stacks: Dict[str, int], period: int = 10 * MS, **header: int) -> Profile:
-    """A CPU-shaped profile: "leaf;caller;root" -> samples."""
-    p = Profile(
-        sample_types=list(CPU_TYPES),
-        period_type=ValueType("cpu", "nanoseconds"),
-        period=period,
-        **header,
-    )
-    for stack, count in stacks.items():
-        frames = [Frame(name, f"{name}.py", 1) for name in stack.split(";")]
-        p.add_sample(frames, [count, count * period])
-    return p
-
-
 def rows(report: str) -> List[List[str]]:
-    """The rows of a -top report and its "Showing nodes" line."""
-    lines = [line.rstrip() for line in report.splitlines()]
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flat", "flat%"])
-    showing = [line for line in lines if line.startswith("Showing nodes")]
-    return [showing] + [line.split() for line in lines[start + 1 :]]
+    """A -top report's "Showing nodes" line and its rows."""
+    return [[top_showing(report)], *top_table(report)]
 
 
 def save(tmp_path: Path, name: str, profile: Profile) -> Path:

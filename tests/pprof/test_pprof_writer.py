@@ -10,7 +10,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 from support import pprof_proto
-from support.profiles import go_pprof
+from support.profiles import go_pprof, top_showing
+from support.profiles import top_table as table
 
 from samprof.pprof import (
     Frame,
@@ -238,22 +239,13 @@ def test_go_tool_pprof_raw_agrees_with_our_reader() -> None:
     assert parse_raw(text) == want
 
 
-def table(report: str) -> List[List[str]]:
-    """The rows of a -top report (after its column header line), split."""
-    lines = report.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flat", "flat%"])
-    return [line.split() for line in lines[start + 1 :]]
-
-
 @pytest.mark.parametrize("sample_type", [t.type for t in HEAP_TYPES])
 def test_go_tool_pprof_top_agrees_with_our_report(sample_type: str) -> None:
     data = write(heap_like_profile())
     theirs = go_pprof(data, "-top", f"-sample_index={sample_type}")
     ours = top(read(data), sample_type=sample_type)
     assert table(ours) == table(theirs)
-    assert [line.rstrip() for line in ours.splitlines() if line.startswith("Showing")] == [
-        line.rstrip() for line in theirs.splitlines() if line.startswith("Showing")
-    ]
+    assert top_showing(ours) == top_showing(theirs)
 
 
 def test_written_cpu_profile_reads_in_go() -> None:

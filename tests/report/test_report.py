@@ -8,6 +8,7 @@ import time
 import pytest
 from support.pprof_proto import ProfileBuilder
 from support.profiles import go_pprof
+from support.profiles import top_table as table
 
 from samprof.pprof import Profile
 from samprof.report import format_percent, format_value, top
@@ -51,13 +52,6 @@ def known_profile(duration_ns: int = 2_000 * MS) -> ProfileBuilder:
 
 def parse(b: ProfileBuilder) -> Profile:
     return Profile.parse(b.encode())
-
-
-def table(text: str) -> list:
-    """The rows of a top report, as lists of cells."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flat", "flat%"])
-    return [line.split() for line in lines[start + 1 :]]
 
 
 def test_known_cpu_profile() -> None:

@@ -122,3 +122,35 @@ def check_profile(data: bytes, go: bool = True) -> View:
         go_pprof(data, "-top")
         go_pprof(data, "-raw")
     return view
+
+
+def top_table(report: str) -> List[List[str]]:
+    """The rows of a -top report (go tool pprof's or samprof's), each a
+    list of cells."""
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flat", "flat%"])
+    return [line.split() for line in lines[start + 1 :]]
+
+
+def top_showing(report: str) -> str:
+    """A -top report's "Showing nodes accounting for ..." line."""
+    return next(line.rstrip() for line in report.splitlines() if line.startswith("Showing nodes"))
+
+
+def cpu_profile(stacks: Dict[str, int], period: int = 10_000_000, **header: Any) -> Any:
+    """A samprof.pprof Profile shaped like a CPU profile (samples/count,
+    cpu/nanoseconds, period ``period``) with one sample per entry of
+    ``stacks``: ``{"leaf;caller;root": samples}``, each frame in a file
+    named after its function. ``header`` sets other Profile fields."""
+    from samprof.pprof import Frame, Profile, ValueType
+
+    p = Profile(
+        sample_types=[ValueType("samples", "count"), ValueType("cpu", "nanoseconds")],
+        period_type=ValueType("cpu", "nanoseconds"),
+        period=period,
+        **header,
+    )
+    for stack, count in stacks.items():
+        frames = [Frame(name, f"{name}.py", 1) for name in stack.split(";")]
+        p.add_sample(frames, [count, count * period])
+    return p
