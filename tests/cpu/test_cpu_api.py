@@ -11,7 +11,7 @@ import time
 import pytest
 from support import SANITIZED
 from support.procfs import rss_kib
-from support.profiles import check_profile
+from support.profiles import check_profile, go_pprof
 from support.workloads import burn_python_for
 
 import samprof
@@ -33,6 +33,22 @@ def test_context_manager_and_stats():
     assert prof.stats.engine in ("perf", "timer", "itimer")
     assert prof.stats.samples > 0
     assert any("engine=" + prof.stats.engine in c for c in check_profile(prof.result).comments)
+
+
+@pytest.mark.parametrize(
+    "profiler, kind", [(samprof.CPUProfiler, "cpu"), (samprof.WallProfiler, "wall")]
+)
+def test_profiles_name_their_default_sample_type(profiler, kind):
+    """Every profile says which sample type pprof shows first (Go's CPU
+    profile leaves it to pprof's default, the last type: the same one)."""
+    with profiler(hz=500) as prof:
+        burn_python_for(0.1)
+    view = check_profile(prof.result)
+    assert view.types == [("samples", "count"), (kind, "nanoseconds")]
+    assert view.default_sample_type == kind
+    period_type = view.msg.period_type
+    assert (view.strings[period_type.type], view.strings[period_type.unit]) == (kind, "nanoseconds")
+    assert f"{kind}/nanoseconds[dflt]" in go_pprof(prof.result, "-raw")
 
 
 def test_one_profiler_at_a_time():

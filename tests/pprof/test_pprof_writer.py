@@ -5,12 +5,11 @@ the same contents, and it refuses what pprof cannot hold."""
 from __future__ import annotations
 
 import gzip
-import re
-from typing import Dict, List, Tuple
+from typing import List
 
 import pytest
 from support import pprof_proto
-from support.profiles import go_pprof, top_showing
+from support.profiles import go_pprof, parse_raw, top_showing
 from support.profiles import top_table as table
 
 from samprof.pprof import (
@@ -164,47 +163,6 @@ def test_independent_decoder_agrees() -> None:
     assert [(ln.function_id, ln.line, ln.column) for ln in inlined.line] == [
         (90, 7, 3),
         (91, 22, 0),
-    ]
-
-
-# `go tool pprof -raw` prints each sample as "v1 v2 ...: id id ..." and its
-# labels on the following lines as "key:[value value]" (string labels on one
-# line, numeric ones on the next).
-_RAW_SAMPLE = re.compile(r"^\s*(-?\d+(?:\s+-?\d+)*):((?:\s+\d+)*)\s*$")
-_RAW_LABEL = re.compile(r"(\S+):\[([^\]]*)\]")
-
-
-def parse_raw(text: str) -> List[Tuple[Tuple[int, ...], Tuple[str, ...], Dict[str, str]]]:
-    """The samples of a -raw listing: (values, function names leaf first,
-    labels). pprof renumbers locations, so stacks are compared by name."""
-    samples: List[Tuple[Tuple[int, ...], Tuple[int, ...], Dict[str, str]]] = []
-    names: Dict[int, List[str]] = {}
-    section = ""
-    current = 0
-    for line in text.splitlines():
-        if line.startswith(("Samples:", "Locations", "Mappings")):
-            section = line.split()[0].rstrip(":")
-            continue
-        if section == "Samples":
-            m = _RAW_SAMPLE.match(line)
-            if m:
-                values = tuple(int(v) for v in m.group(1).split())
-                ids = tuple(int(i) for i in m.group(2).split())
-                samples.append((values, ids, {}))
-            elif samples:
-                for key, value in _RAW_LABEL.findall(line):
-                    samples[-1][2][key] = value
-        elif section == "Locations":
-            # "     5: 0x7f0000000abc M=2 inner lib.c:7 s=5(...)", then one
-            # line per further inlined function: "        outer lib.c:22 s=20()".
-            m = re.match(r"^\s*(\d+): 0x[0-9a-f]+ (?:M=\d+ )?(\S+)", line)
-            if m:
-                current = int(m.group(1))
-                names[current] = [m.group(2)]
-            elif line.strip():
-                names[current].append(line.split()[0])
-    return [
-        (values, tuple(n for i in ids for n in names[i]), labels) for values, ids, labels in samples
     ]
 
 

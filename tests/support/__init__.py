@@ -19,7 +19,9 @@ Modules:
   procfs       this process as /proc sees it: rss_kib, open_fds,
                native_threads, posix_timers.
   profiles     every profile a test makes, checked: check_profile, View,
-               go_pprof, go_pprof_files, go_binary.
+               go_pprof, go_pprof_files, go_binary; reading reports:
+               top_table, top_showing, parse_raw (go tool pprof -raw);
+               cpu_profile, a CPU-shaped samprof.pprof Profile.
   workloads    CPU burners: spin_python, burn_python_for, hash_for,
                burn_cpu, and spin (for wall time).
   test_measure the tests of measure (collected with the rest of the suite).

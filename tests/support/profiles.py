@@ -4,6 +4,7 @@ independent protobuf decoder (support.pprof_proto)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -68,6 +69,7 @@ class View:
         self.functions = {f.id: f for f in m.function}
         self.locations = {loc.id: loc for loc in m.location}
         self.comments = [self.strings[c] for c in m.comment]
+        self.default_sample_type = self.strings[m.default_sample_type]
 
     def frames(self, sample) -> List[Tuple[str, str, int]]:
         """(function name, file name, line) leaf first."""
@@ -154,3 +156,46 @@ def cpu_profile(stacks: Dict[str, int], period: int = 10_000_000, **header: Any)
         frames = [Frame(name, f"{name}.py", 1) for name in stack.split(";")]
         p.add_sample(frames, [count, count * period])
     return p
+
+
+# `go tool pprof -raw` prints each sample as "v1 v2 ...: id id ..." and its
+# labels on the following lines as "key:[value value]" (string labels on one
+# line, numeric ones on the next).
+_RAW_SAMPLE = re.compile(r"^\s*(-?\d+(?:\s+-?\d+)*):((?:\s+\d+)*)\s*$")
+_RAW_LABEL = re.compile(r"(\S+):\[([^\]]*)\]")
+
+
+def parse_raw(text: str) -> List[Tuple[Tuple[int, ...], Tuple[str, ...], Dict[str, str]]]:
+    """The samples of a -raw listing: (values, function names leaf first,
+    labels). pprof renumbers locations, so stacks are compared by name."""
+    samples: List[Tuple[Tuple[int, ...], Tuple[int, ...], Dict[str, str]]] = []
+    names: Dict[int, List[str]] = {}
+    section = ""
+    current = 0
+    for line in text.splitlines():
+        if line.startswith(("Samples:", "Locations", "Mappings")):
+            section = line.split()[0].rstrip(":")
+            continue
+        if section == "Samples":
+            m = _RAW_SAMPLE.match(line)
+            if m:
+                values = tuple(int(v) for v in m.group(1).split())
+                ids = tuple(int(i) for i in m.group(2).split())
+                samples.append((values, ids, {}))
+            elif samples:
+                for key, value in _RAW_LABEL.findall(line):
+                    samples[-1][2][key] = value
+        elif section == "Locations":
+            # "     5: 0x7f0000000abc M=2 inner lib.c:7 s=5(...)", then one
+            # line per further inlined function: "        outer lib.c:22 s=20()".
+            # A name may hold spaces ("<samprof: stack table full>"); the
+            # file:line and s=start fields end the line.
+            m = re.match(r"^\s*(\d+): 0x[0-9a-f]+ (?:M=\d+ )?(.*) \S*:-?\d+ s=", line)
+            if m:
+                current = int(m.group(1))
+                names[current] = [m.group(2)]
+            elif line.strip():
+                names[current].append(re.sub(r" \S*:-?\d+ s=.*$", "", line.strip()))
+    return [
+        (values, tuple(n for i in ids for n in names[i]), labels) for values, ids, labels in samples
+    ]

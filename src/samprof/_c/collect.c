@@ -29,6 +29,7 @@ typedef struct {
     uint64_t unknown_frames; /* frames that could not be symbolized */
     PyObject *labelsets;     /* registered label sets (borrowed) */
     int wall_mode; /* ring samples are a wall profile's on-CPU part */
+    uint32_t k_thread_state; /* string id of the label key "thread_state" */
 } collect_state_t;
 
 /* Global for the same reason as the sampler's: the code-object death hook
@@ -50,7 +51,9 @@ collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
         PyErr_NoMemory();
         return -1;
     }
-    if (profile_init(&C.profile, max_samples) < 0) {
+    /* Every profile made here is CPU or wall time: samples/count and
+     * cpu|wall/nanoseconds. */
+    if (profile_init(&C.profile, 2, max_samples) < 0) {
         PyMem_RawFree(C.stack);
         PyErr_NoMemory();
         return -1;
@@ -67,6 +70,9 @@ collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
         PyMem_RawFree(C.stack);
         return -1;
     }
+    /* Interned once: the wall sampler labels every sample with it. Lost
+     * only when out of memory, and then the label is left out. */
+    C.k_thread_state = profile_string(&C.profile, "thread_state", 12);
     C.active = 1;
     return 0;
 }
@@ -163,7 +169,9 @@ collect_add_unlocked(const uint32_t *stack, uint32_t n, int32_t tid,
         labels = 0;
     }
     (void)profile_thread(&C.profile, tid);
-    (void)profile_add(&C.profile, stack, n, tid, labels, state, count, value);
+    profile_label_t extra = {state != 0 ? C.k_thread_state : 0, state};
+    int64_t values[2] = {count, value};
+    (void)profile_add(&C.profile, stack, n, tid, labels, extra, values, NULL);
 }
 
 void
@@ -348,8 +356,9 @@ collect_add_dropped_unlocked(const char *what, uint64_t count,
         t->name = profile_string(&C.profile, "samprof", 7);
         t->resolved = 1;
     }
-    (void)profile_add(&C.profile, &loc, loc ? 1 : 0, 0, 0, 0, (int64_t)count,
-                      (int64_t)(periods * C.period_ns));
+    profile_label_t none = {0, 0};
+    int64_t values[2] = {(int64_t)count, (int64_t)(periods * C.period_ns)};
+    (void)profile_add(&C.profile, &loc, loc ? 1 : 0, 0, 0, none, values, NULL);
 }
 
 /* Copies the registered label sets into the profile, in order, so that

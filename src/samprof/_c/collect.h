@@ -37,7 +37,9 @@ profile_t *collect_profile(void);
  * out, which has room for max_depth + 8 ids. Returns how many. GIL. */
 uint32_t collect_stack_unlocked(const ring_frame_t *frames, uint16_t depth,
                                 uint16_t flags, uint32_t *out);
-/* Adds a sample; labels ids that are not registered are dropped. GIL. */
+/* Adds count samples worth value nanoseconds; labels ids that are not
+ * registered are dropped; state, if not 0, is the string id of the
+ * sample's thread_state label (collect_state_string). GIL. */
 void collect_add_unlocked(const uint32_t *stack, uint32_t n, int32_t tid,
                           uint32_t labels, uint32_t state, int64_t count,
                           int64_t value);

@@ -67,6 +67,32 @@ module_clock_ns(clockid_t clock)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* What the two values of a CPU or wall profile mean, as Go's CPU profile
+ * says it: samples/count and cpu|wall/nanoseconds, a period of that kind in
+ * nanoseconds, and the time as the default sample type. */
+static const pprof_value_type_t module_cpu_types[] = {
+    {"samples", "count"},
+    {"cpu", "nanoseconds"},
+};
+static const pprof_value_type_t module_wall_types[] = {
+    {"samples", "count"},
+    {"wall", "nanoseconds"},
+};
+
+static pprof_meta_t
+module_time_meta(int cpu, int64_t period_ns)
+{
+    const pprof_value_type_t *types = cpu ? module_cpu_types : module_wall_types;
+    pprof_meta_t meta = {
+        .sample_types = types,
+        .n_sample_types = 2,
+        .period_type = types[1],
+        .period = period_ns,
+        .default_sample_type = types[1].type,
+    };
+    return meta;
+}
+
 /* ------------------------------------------------------------------------
  * The CPU collector thread.
  * ---------------------------------------------------------------------- */
@@ -425,14 +451,12 @@ module_encode_result(PyObject *stats, int64_t duration_ns)
     Py_DECREF(dropped_repr);
     Py_DECREF(threads_repr);
     const char *comments[] = {c1, c2, c3};
-    pprof_meta_t meta = {
-        .value_type = M.mode == MODULE_CPU ? "cpu" : "wall",
-        .period_ns = (int64_t)M.cfg.period_ns,
-        .time_nanos = M.start_realtime_ns,
-        .duration_nanos = duration_ns,
-        .comments = comments,
-        .n_comments = 3,
-    };
+    pprof_meta_t meta =
+        module_time_meta(M.mode == MODULE_CPU, (int64_t)M.cfg.period_ns);
+    meta.time_nanos = M.start_realtime_ns;
+    meta.duration_nanos = duration_ns;
+    meta.comments = comments;
+    meta.n_comments = 3;
     pb_buf_t buf;
     pb_init(&buf);
     PyObject *result = NULL;
@@ -635,7 +659,7 @@ module_encode_synthetic(PyObject *self, PyObject *args)
     pb_buf_t buf;
     pb_init(&buf);
     uint32_t *stack = PyMem_RawMalloc((size_t)depth * sizeof(uint32_t));
-    if (stack == NULL || profile_init(&p, (size_t)n + 1) < 0) {
+    if (stack == NULL || profile_init(&p, 2, (size_t)n + 1) < 0) {
         PyMem_RawFree(stack);
         return PyErr_NoMemory();
     }
@@ -653,12 +677,15 @@ module_encode_synthetic(PyObject *self, PyObject *args)
             stack[d] = profile_location(&p, fn, d + 10);
         }
         (void)profile_thread(&p, 1);
-        if (profile_add(&p, stack, (uint32_t)depth, 1, 0, 0, 1, 1000000) < 0) {
+        profile_label_t none = {0, 0};
+        int64_t values[2] = {1, 1000000};
+        if (profile_add(&p, stack, (uint32_t)depth, 1, 0, none, values, NULL)
+            < 0) {
             PyErr_NoMemory();
             goto done;
         }
     }
-    pprof_meta_t meta = {.value_type = "cpu", .period_ns = 1000000};
+    pprof_meta_t meta = module_time_meta(1, 1000000);
     int64_t t0 = module_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     if (pprof_encode(&p, &meta, &buf) < 0) {
         PyErr_NoMemory();

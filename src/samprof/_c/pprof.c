@@ -1,10 +1,11 @@
 /* pprof: the Profile message of google/pprof's profile.proto.
  *
  * Field numbers are named below, grouped by message, with their proto types.
- * Conventions follow Go's runtime/pprof: sample types samples/count and
- * cpu/nanoseconds (or wall/nanoseconds), period type of the same unit, one
- * mapping that has functions, file names and line numbers so pprof never
- * tries to symbolize. */
+ * The caller names the sample types (any number), the period type and the
+ * default sample type (pprof_meta_t); every sample carries thread_name and
+ * thread_id labels, its label set and its one extra label. As Go's
+ * runtime/pprof does, one mapping says it has functions, file names and line
+ * numbers, so pprof never tries to symbolize. */
 #include "pprof.h"
 
 #include <string.h>
@@ -21,6 +22,7 @@
 #define PPROF_PROFILE_PERIOD_TYPE 11 /* ValueType */
 #define PPROF_PROFILE_PERIOD 12      /* int64 */
 #define PPROF_PROFILE_COMMENT 13     /* repeated int64 (string ids) */
+#define PPROF_PROFILE_DEFAULT_SAMPLE_TYPE 14 /* int64 (string id) */
 
 /* message ValueType */
 #define PPROF_VALUETYPE_TYPE 1 /* int64 (string id) */
@@ -85,8 +87,7 @@ pprof_label(pb_buf_t *b, uint32_t key, uint32_t str, int64_t num)
 
 static void
 pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
-             uint32_t k_thread_name, uint32_t k_thread_id,
-             uint32_t k_thread_state)
+             uint32_t k_thread_name, uint32_t k_thread_id)
 {
     size_t m = pb_begin(b, PPROF_PROFILE_SAMPLE);
     size_t lm = pb_begin(b, PPROF_SAMPLE_LOCATION_ID);
@@ -94,8 +95,7 @@ pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
         pb_varint(b, p->stack_ids[s->stack + i]);
     }
     pb_end(b, lm);
-    int64_t values[2] = {s->count, s->value};
-    pb_int64s(b, PPROF_SAMPLE_VALUE, values, 2);
+    pb_int64s(b, PPROF_SAMPLE_VALUE, s->values, p->n_values);
 
     uint64_t tidx;
     uint32_t name = 0;
@@ -104,8 +104,8 @@ pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
     }
     pprof_label(b, k_thread_name, name, 0);
     pprof_label(b, k_thread_id, 0, s->tid);
-    if (s->state != 0) {
-        pprof_label(b, k_thread_state, s->state, 0);
+    if (s->extra.key != 0) {
+        pprof_label(b, s->extra.key, s->extra.value, 0);
     }
     if (s->labels != 0 && s->labels <= p->n_labelsets) {
         uint32_t start = p->labelsets[s->labels - 1].start;
@@ -121,15 +121,23 @@ pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
 int
 pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
 {
+    if (meta->n_sample_types != p->n_values) {
+        return -1;
+    }
     /* Intern every string first: the string table is written last but its
      * ids are used throughout. */
-    uint32_t s_samples = pprof_str(p, "samples");
-    uint32_t s_count = pprof_str(p, "count");
-    uint32_t s_value = pprof_str(p, meta->value_type);
-    uint32_t s_ns = pprof_str(p, "nanoseconds");
+    uint32_t type_ids[PROFILE_MAX_VALUES][2];
+    for (size_t i = 0; i < p->n_values; i++) {
+        type_ids[i][0] = pprof_str(p, meta->sample_types[i].type);
+        type_ids[i][1] = pprof_str(p, meta->sample_types[i].unit);
+    }
+    uint32_t s_period_type = pprof_str(p, meta->period_type.type);
+    uint32_t s_period_unit = pprof_str(p, meta->period_type.unit);
+    uint32_t s_default = meta->default_sample_type != NULL
+                             ? pprof_str(p, meta->default_sample_type)
+                             : 0;
     uint32_t k_thread_name = pprof_str(p, "thread_name");
     uint32_t k_thread_id = pprof_str(p, "thread_id");
-    uint32_t k_thread_state = pprof_str(p, "thread_state");
     uint32_t s_mapping = pprof_str(p, "python");
     uint32_t comment_ids[16];
     size_t n_comments = meta->n_comments < 16 ? meta->n_comments : 16;
@@ -137,14 +145,14 @@ pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
         comment_ids[i] = pprof_str(p, meta->comments[i]);
     }
 
-    pprof_value_type(b, PPROF_PROFILE_SAMPLE_TYPE, s_samples, s_count);
-    pprof_value_type(b, PPROF_PROFILE_SAMPLE_TYPE, s_value, s_ns);
-
-    for (size_t i = 0; i < p->n_samples; i++) {
-        pprof_sample(b, p, &p->samples[i], k_thread_name, k_thread_id,
-                     k_thread_state);
+    for (size_t i = 0; i < p->n_values; i++) {
+        pprof_value_type(b, PPROF_PROFILE_SAMPLE_TYPE, type_ids[i][0],
+                         type_ids[i][1]);
     }
 
+    for (size_t i = 0; i < p->n_samples; i++) {
+        pprof_sample(b, p, &p->samples[i], k_thread_name, k_thread_id);
+    }
     size_t m = pb_begin(b, PPROF_PROFILE_MAPPING);
     pb_uint64(b, PPROF_MAPPING_ID, 1);
     pb_int64_opt(b, PPROF_MAPPING_FILENAME, s_mapping);
@@ -184,10 +192,12 @@ pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
 
     pb_int64_opt(b, PPROF_PROFILE_TIME_NANOS, meta->time_nanos);
     pb_int64_opt(b, PPROF_PROFILE_DURATION, meta->duration_nanos);
-    pprof_value_type(b, PPROF_PROFILE_PERIOD_TYPE, s_value, s_ns);
-    pb_int64_opt(b, PPROF_PROFILE_PERIOD, meta->period_ns);
+    pprof_value_type(b, PPROF_PROFILE_PERIOD_TYPE, s_period_type,
+                     s_period_unit);
+    pb_int64_opt(b, PPROF_PROFILE_PERIOD, meta->period);
     for (size_t i = 0; i < n_comments; i++) {
         pb_int64(b, PPROF_PROFILE_COMMENT, comment_ids[i]);
     }
+    pb_int64_opt(b, PPROF_PROFILE_DEFAULT_SAMPLE_TYPE, s_default);
     return pb_ok(b) ? 0 : -1;
 }

@@ -31,9 +31,13 @@ profile_grow(void **arr, size_t *cap, size_t need, size_t elem)
     profile_grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
 
 int
-profile_init(profile_t *p, size_t max_samples)
+profile_init(profile_t *p, size_t n_values, size_t max_samples)
 {
     memset(p, 0, sizeof(*p));
+    if (n_values == 0 || n_values > PROFILE_MAX_VALUES) {
+        return -1;
+    }
+    p->n_values = n_values;
     p->max_samples = max_samples;
     if (htab_init(&p->strings_index, 1024) < 0
         || htab_init(&p->functions_index, 256) < 0
@@ -160,14 +164,16 @@ profile_pseudo(profile_t *p, const char *name)
 typedef struct {
     int32_t tid;
     uint32_t labels;
-    uint32_t state;
+    profile_label_t extra;
 } profile_sample_key_t;
 
+#define PROFILE_KEY_HEADER_IDS (sizeof(profile_sample_key_t) / sizeof(uint32_t))
 #define PROFILE_MAX_KEY_DEPTH 8192
 
 int
 profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
-            uint32_t labels, uint32_t state, int64_t count, int64_t value)
+            uint32_t labels, profile_label_t extra, const int64_t *values,
+            size_t *index)
 {
     uint32_t overflow_stack[1];
     if (depth > PROFILE_MAX_KEY_DEPTH) {
@@ -175,19 +181,24 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
     }
     /* The key is built in a heap scratch buffer: this may run on a thread
      * with a small stack (a code-object death hook). */
-    if (PROFILE_GROW(p->keybuf, p->cap_keybuf, 3 + (size_t)depth) < 0) {
+    if (PROFILE_GROW(p->keybuf, p->cap_keybuf,
+                     PROFILE_KEY_HEADER_IDS + (size_t)depth)
+        < 0) {
         return -1;
     }
     uint32_t *keybuf = p->keybuf;
     for (;;) {
-        profile_sample_key_t hdr = {tid, labels, state};
+        profile_sample_key_t hdr = {tid, labels, extra};
         memcpy(keybuf, &hdr, sizeof(hdr));
-        memcpy(keybuf + 3, stack, depth * sizeof(uint32_t));
+        memcpy(keybuf + PROFILE_KEY_HEADER_IDS, stack,
+               depth * sizeof(uint32_t));
         size_t keylen = sizeof(hdr) + depth * sizeof(uint32_t);
         uint64_t idx;
         if (htab_get(&p->samples_index, keybuf, keylen, &idx)) {
-            p->samples[idx].count += count;
-            p->samples[idx].value += value;
+            profile_adjust(p, (size_t)idx, values);
+            if (index != NULL) {
+                *index = (size_t)idx;
+            }
             return 0;
         }
         if (p->n_samples >= p->max_samples && stack != overflow_stack) {
@@ -197,7 +208,7 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
                 profile_pseudo(p, "<samprof: stack table full>");
             stack = overflow_stack;
             depth = 1;
-            p->overflowed += (uint64_t)count;
+            p->overflowed += (uint64_t)values[0];
             continue;
         }
         if (PROFILE_GROW(p->samples, p->cap_samples, p->n_samples + 1) < 0
@@ -211,16 +222,31 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
             return -1;
         }
         profile_sample_t *s = &p->samples[p->n_samples++];
+        memset(s, 0, sizeof(*s));
         s->stack = (uint32_t)p->n_stack_ids;
         s->depth = depth;
         s->tid = tid;
         s->labels = labels;
-        s->state = state;
-        s->count = count;
-        s->value = value;
+        s->extra = extra;
+        memcpy(s->values, values, p->n_values * sizeof(int64_t));
         memcpy(p->stack_ids + p->n_stack_ids, stack, depth * sizeof(uint32_t));
         p->n_stack_ids += depth;
+        if (index != NULL) {
+            *index = (size_t)idx;
+        }
         return 0;
+    }
+}
+
+void
+profile_adjust(profile_t *p, size_t index, const int64_t *deltas)
+{
+    if (index >= p->n_samples) {
+        return;
+    }
+    int64_t *values = p->samples[index].values;
+    for (size_t i = 0; i < p->n_values; i++) {
+        values[i] += deltas[i];
     }
 }
 

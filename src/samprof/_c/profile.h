@@ -23,14 +23,23 @@ typedef struct {
     int64_t line;
 } profile_location_t;
 
+/* The most values a sample carries: Go's heap profile has four
+ * (alloc_objects, alloc_space, inuse_objects, inuse_space). */
+#define PROFILE_MAX_VALUES 4
+
 typedef struct {
-    uint32_t stack;  /* offset of the first location id in stack_ids */
-    uint32_t depth;  /* location ids, leaf first */
-    int32_t tid;     /* native thread id */
-    uint32_t labels; /* label-set id, 0 = none */
-    uint32_t state;  /* string id of thread_state label (wall), 0 = none */
-    int64_t count;   /* samples */
-    int64_t value;   /* nanoseconds */
+    uint32_t key;   /* string id */
+    uint32_t value; /* string id */
+} profile_label_t;
+
+typedef struct {
+    uint32_t stack;        /* offset of the first location id in stack_ids */
+    uint32_t depth;        /* location ids, leaf first */
+    int32_t tid;           /* native thread id */
+    uint32_t labels;       /* label-set id, 0 = none */
+    profile_label_t extra; /* one label of the sample's own (wall's
+                            * thread_state), key 0 = none */
+    int64_t values[PROFILE_MAX_VALUES]; /* the profile's n_values used */
 } profile_sample_t;
 
 typedef struct {
@@ -50,11 +59,10 @@ typedef struct {
 } profile_labelset_t;
 
 typedef struct {
-    uint32_t key;   /* string id */
-    uint32_t value; /* string id */
-} profile_label_t;
+    /* values per sample, 1..PROFILE_MAX_VALUES; their meaning is the
+     * caller's (pprof_meta_t says it to the encoder) */
+    size_t n_values;
 
-typedef struct {
     /* strings: id -> bytes; strings_index: bytes -> id */
     profile_string_t *strings;
     size_t n_strings, cap_strings;
@@ -72,9 +80,10 @@ typedef struct {
     size_t n_samples, cap_samples;
     uint32_t *stack_ids; /* location ids of all samples, back to back */
     size_t n_stack_ids, cap_stack_ids;
-    htab_t samples_index; /* (tid, labels, state, stack...) -> index */
+    htab_t samples_index; /* (tid, labels, extra, stack...) -> index */
     size_t max_samples;   /* cap on distinct samples; the rest overflow */
-    uint64_t overflowed;  /* samples folded into the overflow stack */
+    uint64_t overflowed;  /* first values of samples folded into the
+                           * overflow stack (a count in every profile) */
 
     profile_thread_t *threads;
     size_t n_threads, cap_threads;
@@ -90,8 +99,10 @@ typedef struct {
     size_t cap_keybuf;
 } profile_t;
 
-/* Returns 0, or -1 when out of memory. */
-int profile_init(profile_t *p, size_t max_samples);
+/* Prepares an empty profile whose samples carry n_values values each
+ * (1..PROFILE_MAX_VALUES). Returns 0, or -1 when out of memory or n_values
+ * is out of range. */
+int profile_init(profile_t *p, size_t n_values, size_t max_samples);
 void profile_free(profile_t *p);
 
 /* Interns a string. Returns its id, or 0 (the empty string) when out of
@@ -105,13 +116,22 @@ uint32_t profile_location(profile_t *p, uint32_t function, int64_t line);
 /* A pseudo-frame: a location of a function with this name and no file. */
 uint32_t profile_pseudo(profile_t *p, const char *name);
 
-/* Adds count/value to the sample with this stack and thread. When the
- * distinct-sample cap is reached the values go to overflow_stack instead
- * (a one-frame stack naming the overflow) and are counted in overflowed.
- * Returns 0, or -1 when out of memory (values lost, caller counts it). */
+/* Adds values (p->n_values of them) to the sample with this stack,
+ * thread, label set and extra label (key 0: none), made on first use. When
+ * the distinct-sample cap is reached a new sample goes to a one-frame stack
+ * naming the overflow instead, and its first value is counted in
+ * overflowed. If index is not NULL it receives the sample's index, for
+ * profile_adjust. Returns 0, or -1 when out of memory (values lost, caller
+ * counts it). */
 int profile_add(profile_t *p, const uint32_t *stack, uint32_t depth,
-                int32_t tid, uint32_t labels, uint32_t state, int64_t count,
-                int64_t value);
+                int32_t tid, uint32_t labels, profile_label_t extra,
+                const int64_t *values, size_t *index);
+
+/* Adds deltas (p->n_values of them, negative to decrement) to the values
+ * of the sample at index, as a freed heap block takes its size out of the
+ * in-use values of the sample that recorded it. An index profile_add did
+ * not return is ignored. This function can't fail. */
+void profile_adjust(profile_t *p, size_t index, const int64_t *deltas);
 
 /* The thread record for tid, created on first use; NULL when out of
  * memory. */

@@ -1,0 +1,95 @@
+"""The C core's profile table and pprof encoder on their own, compiled
+from src/samprof/_c with a C driver (tests/native/profile_values.c): a
+4-valued, heap-shaped profile with values decremented in place, read back
+by samprof.pprof, the independent protobuf decoder and go tool pprof -raw.
+Under the sanitizer run the driver is built with ASan+UBSan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from support import NATIVE, SANITIZED, TESTS, pprof_proto
+from support.profiles import go_pprof, parse_raw
+
+from samprof.pprof import Label, read
+
+CORE = os.path.join(os.path.dirname(TESTS), "src", "samprof", "_c")
+PURE_C = ["profile.c", "pprof.c", "pb.c", "htab.c"]
+
+
+def _build_and_run(tmp_path: Path) -> bytes:
+    binary = tmp_path / "profile_values"
+    flags = ["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=c11"]
+    if SANITIZED:
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        flags += ["-fno-omit-frame-pointer"]
+    sources = [os.path.join(NATIVE, "profile_values.c")]
+    sources += [os.path.join(CORE, name) for name in PURE_C]
+    subprocess.run(
+        ["gcc", *flags, "-I", CORE, "-o", str(binary), *sources],
+        check=True,
+        timeout=120,
+    )
+    out = tmp_path / "heap.pb"
+    env = dict(os.environ)
+    # The driver links its own sanitizer runtime when it has one; the
+    # interpreter's preload is not for it.
+    env.pop("LD_PRELOAD", None)
+    r = subprocess.run([str(binary), str(out)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, f"profile_values failed ({r.returncode}):\n{r.stderr}"
+    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+    return out.read_bytes()
+
+
+def test_four_valued_profile_with_decrements(tmp_path: Path) -> None:
+    data = _build_and_run(tmp_path)
+    p = read(data)
+    assert [str(t) for t in p.sample_types] == [
+        "alloc_objects/count",
+        "alloc_space/bytes",
+        "inuse_objects/count",
+        "inuse_space/bytes",
+    ]
+    assert (str(p.period_type), p.period) == ("space/bytes", 524288)
+    assert p.default_sample_type == "alloc_space"
+    assert p.comments == ["made by profile_values.c"]
+    assert (p.time_nanos, p.duration_nanos) == (1_700_000_000_000_000_000, 5_000_000_000)
+
+    got = {}
+    for s in p.samples:
+        stack = ";".join(f.function for f in p.stack_of(s))
+        labels = {lb.key: lb.value for lb in s.labels}
+        got[(stack, labels.get("kind"))] = (s.values, labels)
+    assert got == {
+        ("alloc_list;main", "list"): (
+            [3, 3072, 1, 1024],
+            {"thread_name": "worker-7", "thread_id": 7, "kind": "list", "route": "/users"},
+        ),
+        ("build_dict;main", None): ([1, 4096, 0, 0], {"thread_name": "worker-7", "thread_id": 7}),
+        ("build_dict;main", "dict"): (
+            [1, 4096, 1, 4096],
+            {"thread_name": "worker-7", "thread_id": 7, "kind": "dict"},
+        ),
+        ("main", None): ([2, 64, 2, 64], {"thread_name": "worker-7", "thread_id": 7}),
+        ("<samprof: stack table full>", None): (
+            [4, 128, 4, 128],
+            {"thread_name": "worker-7", "thread_id": 7},
+        ),
+    }
+    assert Label("kind", str_value="list") in p.samples[0].labels
+
+    # The independent decoder agrees, and pprof's conventions hold.
+    msg = pprof_proto.decode(data)
+    pprof_proto.check_well_formed(msg)
+    assert sorted(list(s.value) for s in msg.sample) == sorted(s.values for s in p.samples)
+
+    # go tool pprof -raw shows the same values, stacks and labels.
+    raw = go_pprof(data, "-raw")
+    assert "alloc_space/bytes[dflt]" in raw
+    want = []
+    for s in p.samples:
+        labels = {lb.key: str(lb.value) for lb in s.labels}
+        want.append((tuple(s.values), tuple(f.function for f in p.stack_of(s)), labels))
+    assert sorted(parse_raw(raw)) == sorted(want)
