@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "sampler.h"
+#include "tctx.h"
 
 /* Nesting depth kept inline per object; deeper re-entry of the same object
  * spills to a list. */
@@ -69,7 +69,7 @@ labels_register(PyObject *pairs)
 int
 labels_set_current(uint32_t id)
 {
-    sampler_set_thread_labels(id);
+    tctx_set_labels(id);
     PyObject *dict = PyThreadState_GetDict();
     if (dict == NULL) {
         return 0; /* no thread state dict: only TLS carries it */
@@ -178,7 +178,7 @@ static PyObject *
 labels_enter(labels_object *self, PyObject *noargs)
 {
     (void)noargs;
-    uint32_t outer = sampler_thread_labels();
+    uint32_t outer = tctx_labels();
     uint32_t id;
     if (self->last_id != 0 && self->last_outer == outer) {
         id = self->last_id;

@@ -23,6 +23,7 @@
 #include "profile.h"
 #include "ring.h"
 #include "sampler.h"
+#include "tctx.h"
 #include "wall.h"
 
 /* How often the collector drains the ring and rescans threads: an eighth
@@ -107,7 +108,7 @@ module_collector_main(void *arg)
     sigfillset(&mask);
     sigdelset(&mask, M.cfg.signum);
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
-    sampler_mark_collector_thread();
+    tctx_mark_samprof_thread();
 
     PyGILState_STATE gil = PyGILState_Ensure();
     PyThreadState *ts = PyEval_SaveThread();
@@ -561,7 +562,7 @@ module_set_thread_labels(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "unknown label set");
         return NULL;
     }
-    uint32_t old = sampler_thread_labels();
+    uint32_t old = tctx_labels();
     if (labels_set_current((uint32_t)id) < 0) {
         return NULL;
     }
@@ -573,7 +574,7 @@ module_thread_labels(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    uint32_t id = sampler_thread_labels();
+    uint32_t id = tctx_labels();
     if (id == 0) {
         return PyTuple_New(0);
     }
@@ -591,7 +592,8 @@ module_gc_callback(PyObject *self, PyObject *args)
         return NULL;
     }
     int start = PyUnicode_CompareWithASCIIString(phase, "start") == 0;
-    sampler_set_thread_in_gc(start);
+    sampler_gc_boundary();
+    tctx_set_in_gc(start);
     if (start) {
         wall_gc_begin();
     }

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "frames.h"
+#include "tctx.h"
 
 #ifndef sigev_notify_thread_id
 #define sigev_notify_thread_id _sigev_un._tid
@@ -45,10 +46,8 @@
 /* Thread-local state read by the handler. initial-exec, because the
  * general-dynamic model's first access can call malloc (docs/design.md §2). */
 #define SAMPLER_TLS __thread __attribute__((tls_model("initial-exec")))
-static SAMPLER_TLS int32_t tls_tid;          /* cached gettid(), 0 = unknown */
-static SAMPLER_TLS uint32_t tls_labels;      /* active label set */
-static SAMPLER_TLS uint8_t tls_in_gc;        /* inside the cyclic GC */
-static SAMPLER_TLS uint8_t tls_is_collector; /* samprof's collector thread */
+/* (The thread's id, labels, GC flag and samprof-thread flag are the
+ * thread context every sampler shares: tctx.h.) */
 static SAMPLER_TLS int tls_perf_fd = -1;     /* perf fd whose period is set */
 static SAMPLER_TLS uint64_t tls_perf_profile; /* ... in this profile */
 static SAMPLER_TLS int64_t
@@ -111,15 +110,6 @@ PyObject *sampler_error;
  * no locks, no Python API beyond reading memory.
  * ---------------------------------------------------------------------- */
 
-static inline int32_t
-sampler_tid(void)
-{
-    if (tls_tid == 0) {
-        tls_tid = (int32_t)syscall(SYS_gettid);
-    }
-    return tls_tid;
-}
-
 static inline int
 sampler_has_own_timer(int32_t tid)
 {
@@ -150,10 +140,10 @@ sampler_record(sampler_source_t src, uint32_t weight, int32_t tid)
     }
     uint16_t flags = 0;
     int depth = 0;
-    if (tls_in_gc) {
+    if (tctx_in_gc()) {
         flags |= RING_IN_GC;
     }
-    if (tls_is_collector) {
+    if (tctx_is_samprof_thread()) {
         flags |= RING_COLLECTOR;
     }
     /* A TSS read (pthread_getspecific): the thread's state whether or not
@@ -169,7 +159,7 @@ sampler_record(sampler_source_t src, uint32_t weight, int32_t tid)
     slot->weight = weight;
     slot->depth = (uint16_t)depth;
     slot->flags = flags;
-    slot->labels = tls_labels;
+    slot->labels = tctx_labels();
     slot->source = (uint8_t)src;
     if (flags & RING_TORN) {
         sampler_count(&S.counters.dropped[SAMPLER_DROP_TORN], 1);
@@ -266,7 +256,7 @@ sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
     if (!atomic_load(&S.active)) {
         goto out;
     }
-    int32_t tid = sampler_tid();
+    int32_t tid = tctx_tid();
     switch (info->si_code) {
     case SI_TIMER:
         if (info->si_value.sival_ptr != (void *)&S) {
@@ -334,7 +324,7 @@ sampler_after_fork_child(void)
      * child has no POSIX timers and no interval timer; perf descriptors
      * were inherited and are closed. Memory is abandoned, not freed: the
      * child never wrote it, so it costs nothing but address space. */
-    tls_tid = 0;
+    tctx_forget_tid();
     /* Held across fork() by sampler_before_fork: fresh in the child. */
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&S.registry_lock, &fresh, sizeof(fresh));
@@ -592,7 +582,7 @@ sampler_arm_this_thread(void)
     pthread_mutex_lock(&S.registry_lock);
     if (S.installed) {
         /* Seen in the current generation: the next scan keeps it. */
-        (void)sampler_register_unlocked((int32_t)syscall(SYS_gettid),
+        (void)sampler_register_unlocked(tctx_tid(),
                                         S.generation);
     }
     pthread_mutex_unlock(&S.registry_lock);
@@ -682,7 +672,7 @@ sampler_bind_handler_calls(void)
     (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     (void)clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    (void)sampler_tid();
+    (void)tctx_tid();
 }
 
 int
@@ -741,7 +731,7 @@ sampler_start(const sampler_config_t *cfg)
     if (cfg->engine == SAMPLER_ENGINE_PERF) {
         /* A forced engine must exist: probe it on this thread. */
         int fd =
-            sampler_open_perf((int32_t)syscall(SYS_gettid), 1, cfg->period_ns);
+            sampler_open_perf(tctx_tid(), 1, cfg->period_ns);
         if (fd < 0) {
             int err = errno;
             free(S.own_timer);
@@ -887,24 +877,6 @@ sampler_thread_armed(int32_t tid)
     return S.own_timer != NULL && sampler_has_own_timer(tid);
 }
 
-void
-sampler_mark_collector_thread(void)
-{
-    tls_is_collector = 1;
-}
-
-void
-sampler_set_thread_labels(uint32_t labels)
-{
-    tls_labels = labels;
-}
-
-uint32_t
-sampler_thread_labels(void)
-{
-    return tls_labels;
-}
-
 /* With the perf engine a sample carries the thread's CPU time since the
  * previous one, so the time between the last sample before a boundary and
  * the boundary goes to the first stack after it. Where kernel time runs
@@ -940,7 +912,7 @@ sampler_settle_perf_carry(void)
         atomic_signal_fence(memory_order_seq_cst);
         uint32_t weight = sampler_perf_weight();
         if (weight > 0) {
-            sampler_record(SAMPLER_SRC_PERF, weight, sampler_tid());
+            sampler_record(SAMPLER_SRC_PERF, weight, tctx_tid());
         }
         atomic_signal_fence(memory_order_seq_cst);
         tls_settling = 0;
@@ -949,8 +921,7 @@ sampler_settle_perf_carry(void)
 }
 
 void
-sampler_set_thread_in_gc(int in_gc)
+sampler_gc_boundary(void)
 {
     sampler_settle_perf_carry();
-    tls_in_gc = (uint8_t)(in_gc != 0);
 }

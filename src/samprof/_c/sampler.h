@@ -101,15 +101,13 @@ uint32_t sampler_itimer_weight(void);
  * context; any thread. */
 int sampler_thread_armed(int32_t tid);
 
-/* Marks the calling thread as samprof's collector: its samples carry
- * RING_COLLECTOR. */
-void sampler_mark_collector_thread(void);
-
-/* Per-thread state the handler copies into each sample: the active label
- * set and whether the cyclic GC is running. Set by the thread itself. */
-void sampler_set_thread_labels(uint32_t labels);
-uint32_t sampler_thread_labels(void);
-void sampler_set_thread_in_gc(int in_gc);
+/* The calling thread enters or leaves a collection of the cyclic GC: with
+ * the perf engine, the CPU time it used since its last sample is recorded
+ * now, against the stack it has here, so that time before the boundary is
+ * not charged to the stack after it. Call before changing the thread's GC
+ * flag (tctx_set_in_gc). GIL held, on the thread itself, not in signal
+ * context. (The handler reads the thread's labels and flags from tctx.h.) */
+void sampler_gc_boundary(void);
 
 /* Around fork(): the registry lock is held across it, so the child never
  * sees the thread table half-updated by the collector. */

@@ -26,6 +26,7 @@
 #include "htab.h"
 #include "ring.h"
 #include "sampler.h"
+#include "tctx.h"
 
 typedef struct {
     PyThreadState *ts;   /* identity, with ident */
@@ -423,7 +424,7 @@ wall_main(void *arg)
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
 
     /* The CPU sampler's signals on this thread are samprof's own. */
-    sampler_mark_collector_thread();
+    tctx_mark_samprof_thread();
     PyGILState_STATE gil = PyGILState_Ensure();
     W.self_ts = PyThreadState_Get();
     PyThreadState *ts = PyEval_SaveThread();
@@ -608,7 +609,7 @@ wall_gc_end(void)
      * otherwise be charged twice, by the signals that sampled it and here
      * (the first collection of a profile came out 10 ms too long). The
      * collection runs on this very thread, so its id is ours. */
-    int32_t tid = th->tid != 0 ? th->tid : (int32_t)syscall(SYS_gettid);
+    int32_t tid = th->tid != 0 ? th->tid : tctx_tid();
     if (!W.on_cpu_sampler || !sampler_thread_armed(tid)) {
         /* The sampler accounts this interval to the thread at its next
          * tick; the GC's share is taken out of it there. */
