@@ -1,9 +1,10 @@
-/* collect: captured frames to profile samples.
+/* collect: captured frames to profile samples, in profile sessions.
  *
- * The GIL protects everything here: the profile, the symbol caches and the
- * scratch stack. That also makes code-object death safe to handle: the
- * death hook runs under the GIL in the thread destroying the object, drains
- * the ring first, then drops the object's cache entries. */
+ * The GIL protects everything here: each session's profile, symbol caches
+ * and scratch stack, and the list of live sessions. That also makes
+ * code-object death safe to handle: the death hook runs under the GIL in
+ * the thread destroying the object, and for every live session drains its
+ * ring first, then drops the object's cache entries. */
 #include "collect.h"
 
 #include <sched.h>
@@ -16,127 +17,116 @@
  * many yields for a handler that claimed a slot to publish it. */
 #define COLLECT_DRAIN_SPIN_LIMIT 1000000
 
-typedef struct {
-    int active; /* between init and free */
-    profile_t profile;
-    symbols_t symbols;
-    uint32_t max_depth;
-    uint64_t period_ns;
-    uint32_t *stack;         /* scratch: one sample's location ids */
-    ring_t *ring;            /* drained on code death, or NULL */
-    int draining;            /* re-entrancy guard */
-    uint64_t truncated;      /* samples cut at max_depth */
-    uint64_t unknown_frames; /* frames that could not be symbolized */
-    PyObject *labelsets;     /* registered label sets (borrowed) */
-    int wall_mode; /* ring samples are a wall profile's on-CPU part */
-    uint32_t k_thread_state; /* string id of the label key "thread_state" */
-} collect_state_t;
-
-/* Global for the same reason as the sampler's: the code-object death hook
- * gets no context pointer. Protected by the GIL. */
-static collect_state_t C;
+/* The live sessions, newest first: each one hears of every code object's
+ * death. Global because the death hook gets no context pointer; one code
+ * watcher serves them all. Protected by the GIL. */
+static collect_session_t *collect_live;
 
 static void collect_on_code_death(PyObject *code);
 
 int
-collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
-             PyObject *labelsets, size_t max_samples)
+collect_init(collect_session_t *s, uint32_t max_depth, uint64_t period_ns,
+             PyObject *hidden_file, PyObject *labelsets, size_t max_samples)
 {
-    memset(&C, 0, sizeof(C));
-    C.max_depth = max_depth;
-    C.period_ns = period_ns;
-    C.labelsets = labelsets;
-    C.stack = PyMem_RawMalloc(((size_t)max_depth + 8) * sizeof(uint32_t));
-    if (C.stack == NULL) {
+    memset(s, 0, sizeof(*s));
+    s->max_depth = max_depth;
+    s->period_ns = period_ns;
+    s->labelsets = labelsets;
+    s->stack = PyMem_RawMalloc(((size_t)max_depth + 8) * sizeof(uint32_t));
+    if (s->stack == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     /* Every profile made here is CPU or wall time: samples/count and
      * cpu|wall/nanoseconds. */
-    if (profile_init(&C.profile, 2, max_samples) < 0) {
-        PyMem_RawFree(C.stack);
+    if (profile_init(&s->profile, 2, max_samples) < 0) {
         PyErr_NoMemory();
-        return -1;
+        goto free_stack;
     }
-    if (symbols_init(&C.symbols, &C.profile, hidden_file) < 0) {
-        profile_free(&C.profile);
-        PyMem_RawFree(C.stack);
+    if (symbols_init(&s->symbols, &s->profile, hidden_file) < 0) {
         PyErr_NoMemory();
-        return -1;
+        goto free_profile;
     }
-    if (symbols_watch(collect_on_code_death) < 0) {
-        symbols_free(&C.symbols);
-        profile_free(&C.profile);
-        PyMem_RawFree(C.stack);
-        return -1;
+    /* The first live session starts the code watcher. */
+    if (collect_live == NULL && symbols_watch(collect_on_code_death) < 0) {
+        goto free_symbols;
     }
     /* Interned once: the wall sampler labels every sample with it. Lost
      * only when out of memory, and then the label is left out. */
-    C.k_thread_state = profile_string(&C.profile, "thread_state", 12);
-    C.active = 1;
+    s->k_thread_state = profile_string(&s->profile, "thread_state", 12);
+    s->next = collect_live;
+    collect_live = s;
+    s->active = 1;
     return 0;
+
+free_symbols:
+    symbols_free(&s->symbols);
+free_profile:
+    profile_free(&s->profile);
+free_stack:
+    PyMem_RawFree(s->stack);
+    s->stack = NULL;
+    return -1;
 }
 
 void
-collect_free(void)
+collect_free(collect_session_t *s)
 {
-    symbols_unwatch();
-    if (!C.active) {
+    if (!s->active) {
         return;
     }
-    symbols_free(&C.symbols);
-    profile_free(&C.profile);
-    PyMem_RawFree(C.stack);
-    memset(&C, 0, sizeof(C));
-}
-
-int
-collect_active(void)
-{
-    return C.active;
-}
-
-profile_t *
-collect_profile(void)
-{
-    return &C.profile;
-}
-
-uint64_t
-collect_truncated(void)
-{
-    return C.truncated;
+    for (collect_session_t **link = &collect_live; *link != NULL;
+         link = &(*link)->next) {
+        if (*link == s) {
+            *link = s->next;
+            break;
+        }
+    }
+    /* The last live session stops the code watcher. */
+    if (collect_live == NULL) {
+        symbols_unwatch();
+    }
+    symbols_free(&s->symbols);
+    profile_free(&s->profile);
+    PyMem_RawFree(s->stack);
+    memset(s, 0, sizeof(*s));
 }
 
 uint64_t
-collect_unknown_frames(void)
+collect_truncated(const collect_session_t *s)
 {
-    return C.unknown_frames;
+    return s->truncated;
+}
+
+uint64_t
+collect_unknown_frames(const collect_session_t *s)
+{
+    return s->unknown_frames;
 }
 
 uint32_t
-collect_stack_unlocked(const ring_frame_t *frames, uint16_t depth,
-                       uint16_t flags, uint32_t *out)
+collect_stack_unlocked(collect_session_t *s, const ring_frame_t *frames,
+                       uint16_t depth, uint16_t flags, uint32_t *out)
 {
-    profile_t *p = &C.profile;
+    profile_t *p = &s->profile;
     uint32_t n = 0;
     if (flags & RING_IN_GC) {
         out[n++] = profile_pseudo(p, "<gc>");
     }
-    for (uint16_t i = 0; i < depth && i < C.max_depth; i++) {
+    for (uint16_t i = 0; i < depth && i < s->max_depth; i++) {
         uint32_t loc =
-            symbols_location(&C.symbols, frames[i].code, frames[i].offset);
+            symbols_location(&s->symbols, frames[i].code, frames[i].offset);
         if (loc == SYMBOLS_HIDDEN) {
             continue;
         }
         if (loc == 0) {
-            C.unknown_frames++;
+            s->unknown_frames++;
             loc = profile_pseudo(p, "<unknown>");
         }
         out[n++] = loc;
     }
     if (flags & RING_TRUNCATED) {
-        C.truncated++;
+        s->truncated++;
         out[n++] = profile_pseudo(p, "<truncated>");
     }
     if (flags & RING_COLLECTOR) {
@@ -160,39 +150,40 @@ collect_stack_unlocked(const ring_frame_t *frames, uint16_t depth,
 }
 
 void
-collect_add_unlocked(const uint32_t *stack, uint32_t n, int32_t tid,
-                     uint32_t labels, uint32_t state, int64_t count,
-                     int64_t value)
+collect_add_unlocked(collect_session_t *s, const uint32_t *stack, uint32_t n,
+                     int32_t tid, uint32_t labels, uint32_t state,
+                     int64_t count, int64_t value)
 {
-    if (C.labelsets == NULL
-        || labels > (uint32_t)PyList_GET_SIZE(C.labelsets)) {
+    if (s->labelsets == NULL
+        || labels > (uint32_t)PyList_GET_SIZE(s->labelsets)) {
         labels = 0;
     }
-    (void)profile_thread(&C.profile, tid);
-    profile_label_t extra = {state != 0 ? C.k_thread_state : 0, state};
+    (void)profile_thread(&s->profile, tid);
+    profile_label_t extra = {state != 0 ? s->k_thread_state : 0, state};
     int64_t values[2] = {count, value};
-    (void)profile_add(&C.profile, stack, n, tid, labels, extra, values, NULL);
+    (void)profile_add(&s->profile, stack, n, tid, labels, extra, values, NULL);
 }
 
 void
-collect_set_wall_mode(int wall)
+collect_set_wall_mode(collect_session_t *s, int wall)
 {
-    C.wall_mode = wall;
+    s->wall_mode = wall;
 }
 
 void
-collect_set_ring(ring_t *ring)
+collect_set_ring(collect_session_t *s, ring_t *ring)
 {
-    C.ring = ring;
+    s->ring = ring;
 }
 
 void
-collect_drain_unlocked(ring_t *r, int wait_for_writers)
+collect_drain_unlocked(collect_session_t *s, ring_t *r,
+                       int wait_for_writers)
 {
-    if (!C.active || C.draining || r == NULL || r->slots == NULL) {
+    if (!s->active || s->draining || r == NULL || r->slots == NULL) {
         return;
     }
-    C.draining = 1;
+    s->draining = 1;
     long spins = 0;
     for (;;) {
         ring_slot_t *slot = ring_peek(r);
@@ -205,18 +196,19 @@ collect_drain_unlocked(ring_t *r, int wait_for_writers)
             continue;
         }
         int skip = (slot->flags & RING_TORN)
-                   || (C.wall_mode
+                   || (s->wall_mode
                        && (slot->flags & (RING_NO_PYTHON | RING_COLLECTOR)));
         if (!skip) {
-            uint32_t n = collect_stack_unlocked(slot->frames, slot->depth,
-                                                slot->flags, C.stack);
-            collect_add_unlocked(C.stack, n, slot->tid, slot->labels,
-                                 C.wall_mode ? collect_state_string(1) : 0, 1,
-                                 (int64_t)slot->weight * (int64_t)C.period_ns);
+            uint32_t n = collect_stack_unlocked(s, slot->frames, slot->depth,
+                                                slot->flags, s->stack);
+            collect_add_unlocked(
+                s, s->stack, n, slot->tid, slot->labels,
+                s->wall_mode ? collect_state_string(s, 1) : 0, 1,
+                (int64_t)slot->weight * (int64_t)s->period_ns);
         }
         ring_release(r, slot);
     }
-    C.draining = 0;
+    s->draining = 0;
 }
 
 /* Called just before any code object is destroyed (symbols.c). Samples
@@ -225,20 +217,19 @@ collect_drain_unlocked(ring_t *r, int wait_for_writers)
 static void
 collect_on_code_death(PyObject *code)
 {
-    if (!C.active) {
-        return;
+    for (collect_session_t *s = collect_live; s != NULL; s = s->next) {
+        if (s->ring != NULL && ring_pending(s->ring) != 0) {
+            collect_drain_unlocked(s, s->ring, 1);
+        }
+        symbols_forget(&s->symbols, code);
     }
-    if (C.ring != NULL && ring_pending(C.ring) != 0) {
-        collect_drain_unlocked(C.ring, 1);
-    }
-    symbols_forget(&C.symbols, code);
 }
 
 uint32_t
-collect_state_string(int on_cpu)
+collect_state_string(collect_session_t *s, int on_cpu)
 {
-    return on_cpu ? profile_string(&C.profile, "on-cpu", 6)
-                  : profile_string(&C.profile, "off-cpu", 7);
+    return on_cpu ? profile_string(&s->profile, "on-cpu", 6)
+                  : profile_string(&s->profile, "off-cpu", 7);
 }
 
 /* Reads /proc/self/task/<tid>/comm into buf; returns its length or 0. */
@@ -299,9 +290,9 @@ collect_threading_names(void)
 }
 
 void
-collect_resolve_thread_names_unlocked(void)
+collect_resolve_thread_names_unlocked(collect_session_t *s)
 {
-    profile_t *p = &C.profile;
+    profile_t *p = &s->profile;
     size_t i;
     for (i = 0; i < p->n_threads; i++) {
         if (!p->threads[i].resolved) {
@@ -344,33 +335,34 @@ collect_resolve_thread_names_unlocked(void)
 }
 
 void
-collect_add_dropped_unlocked(const char *what, uint64_t count,
-                             uint64_t periods)
+collect_add_dropped_unlocked(collect_session_t *s, const char *what,
+                             uint64_t count, uint64_t periods)
 {
     if (count == 0) {
         return;
     }
-    uint32_t loc = profile_pseudo(&C.profile, what);
-    profile_thread_t *t = profile_thread(&C.profile, 0);
+    uint32_t loc = profile_pseudo(&s->profile, what);
+    profile_thread_t *t = profile_thread(&s->profile, 0);
     if (t != NULL && !t->resolved) {
-        t->name = profile_string(&C.profile, "samprof", 7);
+        t->name = profile_string(&s->profile, "samprof", 7);
         t->resolved = 1;
     }
     profile_label_t none = {0, 0};
-    int64_t values[2] = {(int64_t)count, (int64_t)(periods * C.period_ns)};
-    (void)profile_add(&C.profile, &loc, loc ? 1 : 0, 0, 0, none, values, NULL);
+    int64_t values[2] = {(int64_t)count, (int64_t)(periods * s->period_ns)};
+    (void)profile_add(&s->profile, &loc, loc ? 1 : 0, 0, 0, none, values,
+                      NULL);
 }
 
 /* Copies the registered label sets into the profile, in order, so that
  * label-set ids in samples are valid profile ids. */
 static int
-collect_copy_labelsets_unlocked(void)
+collect_copy_labelsets_unlocked(collect_session_t *s)
 {
-    if (C.labelsets == NULL) {
+    if (s->labelsets == NULL) {
         return 0;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(C.labelsets); i++) {
-        PyObject *pairs = PyList_GET_ITEM(C.labelsets, i);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(s->labelsets); i++) {
+        PyObject *pairs = PyList_GET_ITEM(s->labelsets, i);
         Py_ssize_t n = PyTuple_GET_SIZE(pairs);
         profile_label_t buf[64];
         if (n > 64) {
@@ -386,10 +378,10 @@ collect_copy_labelsets_unlocked(void)
             if (k == NULL || v == NULL) {
                 return -1;
             }
-            buf[j].key = profile_string(&C.profile, k, (size_t)kl);
-            buf[j].value = profile_string(&C.profile, v, (size_t)vl);
+            buf[j].key = profile_string(&s->profile, k, (size_t)kl);
+            buf[j].value = profile_string(&s->profile, v, (size_t)vl);
         }
-        if (profile_labelset(&C.profile, buf, (size_t)n) == 0) {
+        if (profile_labelset(&s->profile, buf, (size_t)n) == 0) {
             PyErr_NoMemory();
             return -1;
         }
@@ -398,12 +390,13 @@ collect_copy_labelsets_unlocked(void)
 }
 
 int
-collect_encode_unlocked(const pprof_meta_t *meta, pb_buf_t *out)
+collect_encode_unlocked(collect_session_t *s, const pprof_meta_t *meta,
+                        pb_buf_t *out)
 {
-    if (collect_copy_labelsets_unlocked() < 0) {
+    if (collect_copy_labelsets_unlocked(s) < 0) {
         return -1;
     }
-    if (pprof_encode(&C.profile, meta, out) < 0) {
+    if (pprof_encode(&s->profile, meta, out) < 0) {
         PyErr_NoMemory();
         return -1;
     }

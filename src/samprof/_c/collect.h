@@ -1,6 +1,9 @@
-/* collect: the profile being built, and everything that turns captured
- * frames into its stacks: symbolization, pseudo-frames, labels, thread
- * names, and draining the sample ring.
+/* collect: profile sessions. A session is one profile being built from
+ * captured frames, with everything that turns frames into its stacks:
+ * symbolization, pseudo-frames, labels, thread names, and draining a sample
+ * ring. Several sessions may be alive at once (an on-demand CPU profile
+ * beside a heap profile); each is passed by pointer, and every live session
+ * hears of each code object's death through one code watcher.
  *
  * All of it is protected by the GIL. Both the CPU collector thread and the
  * wall sampler hold the GIL while they call in here. */
@@ -16,56 +19,79 @@
 #include "pprof.h"
 #include "profile.h"
 #include "ring.h"
+#include "symbols.h"
 
 /* Default number of distinct (stack, thread, labels) samples kept before
  * new ones fold into "<samprof: stack table full>" (docs/safety.md). */
 #define COLLECT_MAX_SAMPLES 100000
 
-/* Prepares an empty profile. hidden_file is a tuple of samprof's own file
- * names (their frames are left out); labelsets is the list of registered label
- * sets (borrowed, must outlive the profile); max_samples caps distinct
- * samples. Returns 0, or -1 with an exception set. Caller holds the GIL. */
-int collect_init(uint32_t max_depth, uint64_t period_ns, PyObject *hidden_file,
-                 PyObject *labelsets, size_t max_samples);
-/* Frees the profile and stops watching code objects. GIL. */
-void collect_free(void);
-/* 1 between collect_init and collect_free. */
-int collect_active(void);
-profile_t *collect_profile(void);
+typedef struct collect_session collect_session_t;
+
+struct collect_session {
+    int active;        /* between collect_init and collect_free */
+    profile_t profile; /* the profile being built */
+    symbols_t symbols; /* code objects -> the profile's locations */
+    uint32_t max_depth;
+    uint64_t period_ns; /* nanoseconds per sampling period */
+    uint32_t *stack;    /* scratch: one sample's location ids */
+    ring_t *ring;       /* drained on code death, or NULL */
+    int draining;       /* re-entrancy guard of collect_drain_unlocked */
+    uint64_t truncated;      /* samples cut at max_depth */
+    uint64_t unknown_frames; /* frames that could not be symbolized */
+    PyObject *labelsets;     /* registered label sets (borrowed) */
+    int wall_mode; /* ring samples are a wall profile's on-CPU part */
+    uint32_t k_thread_state;  /* string id of the label key "thread_state" */
+    collect_session_t *next;  /* the next live session */
+};
+
+/* Prepares s as an empty CPU or wall profile session and makes it live.
+ * hidden_file is a tuple of samprof's own file names (their frames are left
+ * out); labelsets is the list of registered label sets (borrowed, must
+ * outlive the session); max_samples caps distinct samples. Returns 0, or -1
+ * with an exception set. Caller holds the GIL. */
+int collect_init(collect_session_t *s, uint32_t max_depth, uint64_t period_ns,
+                 PyObject *hidden_file, PyObject *labelsets,
+                 size_t max_samples);
+/* Frees the session's profile and caches; the last live session stops
+ * watching code objects. Nothing for a session that is not live. GIL. */
+void collect_free(collect_session_t *s);
 
 /* Turns captured frames (leaf first) and RING_* flags into location ids in
  * out, which has room for max_depth + 8 ids. Returns how many. GIL. */
-uint32_t collect_stack_unlocked(const ring_frame_t *frames, uint16_t depth,
+uint32_t collect_stack_unlocked(collect_session_t *s,
+                                const ring_frame_t *frames, uint16_t depth,
                                 uint16_t flags, uint32_t *out);
 /* Adds count samples worth value nanoseconds; labels ids that are not
  * registered are dropped; state, if not 0, is the string id of the
  * sample's thread_state label (collect_state_string). GIL. */
-void collect_add_unlocked(const uint32_t *stack, uint32_t n, int32_t tid,
-                          uint32_t labels, uint32_t state, int64_t count,
-                          int64_t value);
-/* Moves published samples from ring into the profile. With
+void collect_add_unlocked(collect_session_t *s, const uint32_t *stack,
+                          uint32_t n, int32_t tid, uint32_t labels,
+                          uint32_t state, int64_t count, int64_t value);
+/* Moves published samples from ring into the session. With
  * wait_for_writers, also waits (bounded) for slots still being filled:
  * needed before a code object dies. GIL. */
-void collect_drain_unlocked(ring_t *ring, int wait_for_writers);
-/* Sets which ring collect_on_code_death must drain (NULL: none). GIL. */
-void collect_set_ring(ring_t *ring);
+void collect_drain_unlocked(collect_session_t *s, ring_t *ring,
+                            int wait_for_writers);
+/* Sets which ring a code object's death must drain (NULL: none). GIL. */
+void collect_set_ring(collect_session_t *s, ring_t *ring);
 /* In wall mode, ring samples are the on-CPU part of a wall profile: they
  * get thread_state=on-cpu, and samples of threads without Python state or
  * of samprof's own threads are left out. GIL. */
-void collect_set_wall_mode(int wall);
+void collect_set_wall_mode(collect_session_t *s, int wall);
 
 /* Names threads seen in samples that have no name yet. May run Python
  * code. GIL. */
-void collect_resolve_thread_names_unlocked(void);
+void collect_resolve_thread_names_unlocked(collect_session_t *s);
 /* The string id of the thread_state label value. GIL. */
-uint32_t collect_state_string(int on_cpu);
+uint32_t collect_state_string(collect_session_t *s, int on_cpu);
 /* Adds the pseudo-frame sample for dropped samples. GIL. */
-void collect_add_dropped_unlocked(const char *what, uint64_t count,
-                                  uint64_t periods);
+void collect_add_dropped_unlocked(collect_session_t *s, const char *what,
+                                  uint64_t count, uint64_t periods);
 /* Encodes the profile. Returns 0, or -1 with an exception set. GIL. */
-int collect_encode_unlocked(const pprof_meta_t *meta, pb_buf_t *out);
+int collect_encode_unlocked(collect_session_t *s, const pprof_meta_t *meta,
+                            pb_buf_t *out);
 
-uint64_t collect_truncated(void);
-uint64_t collect_unknown_frames(void);
+uint64_t collect_truncated(const collect_session_t *s);
+uint64_t collect_unknown_frames(const collect_session_t *s);
 
 #endif

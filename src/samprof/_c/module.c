@@ -47,6 +47,11 @@ typedef struct {
     int64_t start_monotonic_ns;
     int64_t start_cpu_ns; /* process CPU time at start */
 
+    /* The running CPU or wall profile's session. The one slot for time
+     * profiles: CPU and wall exclusive with each other (the signal and the
+     * per-thread timers are shared). GIL. */
+    collect_session_t session;
+
     /* CPU collector thread. wake_lock protects collector_stop. */
     pthread_t collector;
     int collector_started;
@@ -83,7 +88,8 @@ static const pprof_value_type_t module_wall_types[] = {
 static pprof_meta_t
 module_time_meta(int cpu, int64_t period_ns)
 {
-    const pprof_value_type_t *types = cpu ? module_cpu_types : module_wall_types;
+    const pprof_value_type_t *types =
+        cpu ? module_cpu_types : module_wall_types;
     pprof_meta_t meta = {
         .sample_types = types,
         .n_sample_types = 2,
@@ -129,8 +135,8 @@ module_collector_main(void *arg)
         sampler_scan_threads();
         if (ring_pending(sampler_ring()) != 0) {
             PyEval_RestoreThread(ts);
-            collect_drain_unlocked(sampler_ring(), 0);
-            collect_resolve_thread_names_unlocked();
+            collect_drain_unlocked(&M.session, sampler_ring(), 0);
+            collect_resolve_thread_names_unlocked(&M.session);
             ts = PyEval_SaveThread();
         }
         pthread_mutex_lock(&M.wake_lock);
@@ -250,8 +256,8 @@ module_start(PyObject *self, PyObject *args)
                                                : interval;
     }
 
-    if (collect_init((uint32_t)max_depth, M.cfg.period_ns, hidden_file,
-                     labels_registry(), (size_t)max_samples)
+    if (collect_init(&M.session, (uint32_t)max_depth, M.cfg.period_ns,
+                     hidden_file, labels_registry(), (size_t)max_samples)
         < 0) {
         return NULL;
     }
@@ -266,11 +272,11 @@ module_start(PyObject *self, PyObject *args)
          * wall thread records the rest. Without them it records all. */
         M.cfg.engine = SAMPLER_ENGINE_PERF;
         M.cfg.user_only = 1;
-        collect_set_wall_mode(1);
+        collect_set_wall_mode(&M.session, 1);
     }
     if (sampler_start(&M.cfg) < 0) {
         if (m == MODULE_CPU) {
-            collect_free();
+            collect_free(&M.session);
             return NULL;
         }
         PyErr_Clear();
@@ -279,7 +285,7 @@ module_start(PyObject *self, PyObject *args)
     M.sampling = sampling;
     M.collector_started = 0;
     if (sampling) {
-        collect_set_ring(sampler_ring());
+        collect_set_ring(&M.session, sampler_ring());
         M.collector_stop = 0;
         pthread_cond_init(&M.wake_cond, NULL);
         int err =
@@ -287,27 +293,28 @@ module_start(PyObject *self, PyObject *args)
         if (err != 0) {
             pthread_cond_destroy(&M.wake_cond);
             sampler_stop();
-            collect_set_ring(NULL);
+            collect_set_ring(&M.session, NULL);
             sampler_release();
-            collect_set_wall_mode(0);
-            collect_free();
+            collect_set_wall_mode(&M.session, 0);
+            collect_free(&M.session);
             errno = err;
             return PyErr_SetFromErrno(PyExc_OSError);
         }
         M.collector_started = 1;
     }
     if (m == MODULE_WALL) {
-        if (wall_start(M.cfg.period_ns, (uint32_t)max_depth, labels_dict_key(),
-                       sampling, sampling ? (unsigned long)M.collector : 0)
+        if (wall_start(&M.session, M.cfg.period_ns, (uint32_t)max_depth,
+                       labels_dict_key(), sampling,
+                       sampling ? (unsigned long)M.collector : 0)
             < 0) {
             if (sampling) {
                 module_collector_stop();
                 sampler_stop();
-                collect_set_ring(NULL);
+                collect_set_ring(&M.session, NULL);
                 sampler_release();
             }
-            collect_set_wall_mode(0);
-            collect_free();
+            collect_set_wall_mode(&M.session, 0);
+            collect_free(&M.session);
             return NULL;
         }
     }
@@ -351,7 +358,7 @@ module_cpu_stats(int64_t duration_ns, int64_t cpu_ns)
     }
     double cpu_s = (double)cpu_ns / 1e9;
     double effective = cpu_s > 0 ? (double)signals / cpu_s : 0.0;
-    profile_t *p = collect_profile();
+    profile_t *p = &M.session.profile;
     return Py_BuildValue(
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K,s:K,s:K},s:{s:K,s:K,s:K,s:K},"
         "s:K,s:L,s:L,s:K,s:K}",
@@ -367,8 +374,9 @@ module_cpu_stats(int64_t duration_ns, int64_t cpu_ns)
         "torn",
         (unsigned long long)atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
         "stack_table_full", (unsigned long long)p->overflowed,
-        "unknown_frames", (unsigned long long)collect_unknown_frames(),
-        "truncated", (unsigned long long)collect_truncated(), "duration_ns",
+        "unknown_frames",
+        (unsigned long long)collect_unknown_frames(&M.session), "truncated",
+        (unsigned long long)collect_truncated(&M.session), "duration_ns",
         (long long)duration_ns, "cpu_ns", (long long)cpu_ns, "foreign_signals",
         (unsigned long long)atomic_load(&c->foreign), "profile_bytes",
         (unsigned long long)profile_bytes(p));
@@ -395,7 +403,7 @@ module_wall_stats(int64_t duration_ns, int64_t cpu_ns)
     wall_get_stats(&w);
     double secs = (double)duration_ns / 1e9;
     double effective = secs > 0 ? (double)w.ticks / secs : 0.0;
-    profile_t *p = collect_profile();
+    profile_t *p = &M.session.profile;
     return Py_BuildValue(
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:{s:K,s:K,s:K,s:K},s:K,s:L,s:L,"
         "s:K,s:K,s:K,s:K,s:K}",
@@ -414,8 +422,9 @@ module_wall_stats(int64_t duration_ns, int64_t cpu_ns)
                                       ->dropped[SAMPLER_DROP_TORN])
                                         : 0),
         "stack_table_full", (unsigned long long)p->overflowed,
-        "unknown_frames", (unsigned long long)collect_unknown_frames(),
-        "truncated", (unsigned long long)collect_truncated(), "duration_ns",
+        "unknown_frames",
+        (unsigned long long)collect_unknown_frames(&M.session), "truncated",
+        (unsigned long long)collect_truncated(&M.session), "duration_ns",
         (long long)duration_ns, "cpu_ns", (long long)cpu_ns, "walks",
         (unsigned long long)w.walks, "late_ticks",
         (unsigned long long)w.late_ticks, "gc_samples",
@@ -446,7 +455,7 @@ module_encode_result(PyObject *stats, int64_t duration_ns)
              eff ? PyFloat_AsDouble(eff) : 0.0);
     snprintf(c2, sizeof(c2), "samprof dropped: %s truncated=%llu",
              PyUnicode_AsUTF8(dropped_repr),
-             (unsigned long long)collect_truncated());
+             (unsigned long long)collect_truncated(&M.session));
     snprintf(c3, sizeof(c3), "samprof threads: %s",
              PyUnicode_AsUTF8(threads_repr));
     Py_DECREF(dropped_repr);
@@ -461,7 +470,7 @@ module_encode_result(PyObject *stats, int64_t duration_ns)
     pb_buf_t buf;
     pb_init(&buf);
     PyObject *result = NULL;
-    if (collect_encode_unlocked(&meta, &buf) == 0) {
+    if (collect_encode_unlocked(&M.session, &meta, &buf) == 0) {
         PyObject *bytes = PyBytes_FromStringAndSize((const char *)buf.data,
                                                     (Py_ssize_t)buf.len);
         if (bytes != NULL) {
@@ -493,19 +502,19 @@ module_stop(PyObject *self, PyObject *noargs)
     duration = module_clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
     cpu = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
     if (M.sampling) {
-        collect_drain_unlocked(sampler_ring(), 1);
-        collect_set_ring(NULL);
+        collect_drain_unlocked(&M.session, sampler_ring(), 1);
+        collect_set_ring(&M.session, NULL);
         const sampler_counters_t *c = sampler_counters();
         collect_add_dropped_unlocked(
-            "<samprof: dropped, buffer full>",
+            &M.session, "<samprof: dropped, buffer full>",
             atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]),
             atomic_load(&c->dropped_periods[SAMPLER_DROP_RING_FULL]));
         collect_add_dropped_unlocked(
-            "<samprof: dropped, torn stack>",
+            &M.session, "<samprof: dropped, torn stack>",
             atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
             atomic_load(&c->dropped_periods[SAMPLER_DROP_TORN]));
     }
-    collect_resolve_thread_names_unlocked();
+    collect_resolve_thread_names_unlocked(&M.session);
     stats = M.mode == MODULE_WALL ? module_wall_stats(duration, cpu)
                                   : module_cpu_stats(duration, cpu);
     PyObject *result = stats ? module_encode_result(stats, duration) : NULL;
@@ -514,8 +523,8 @@ module_stop(PyObject *self, PyObject *noargs)
     if (M.sampling) {
         sampler_release();
     }
-    collect_set_wall_mode(0);
-    collect_free();
+    collect_set_wall_mode(&M.session, 0);
+    collect_free(&M.session);
     return result;
 }
 
@@ -622,7 +631,7 @@ module_after_fork_child(PyObject *self, PyObject *noargs)
     (void)noargs;
     /* The C-level atfork handler already stopped sampling; this runs later
      * with the GIL and undoes what needs the interpreter. */
-    collect_free();
+    collect_free(&M.session);
     Py_RETURN_NONE;
 }
 
@@ -704,6 +713,91 @@ done:
     return result;
 }
 
+/* Test hooks for tests/core/test_sessions.py: two collect sessions beside
+ * the profiler's own, driven from Python, so that a test can kill code
+ * objects while both sessions hold them and then check both profiles. All
+ * under the GIL. */
+static collect_session_t module_test_sessions[2];
+
+static collect_session_t *
+module_test_session(int which, int want_live)
+{
+    if (which < 0 || which > 1) {
+        PyErr_SetString(PyExc_ValueError, "test session must be 0 or 1");
+        return NULL;
+    }
+    collect_session_t *s = &module_test_sessions[which];
+    if (s->active != want_live) {
+        PyErr_SetString(PyExc_RuntimeError, want_live
+                                                ? "test session is not open"
+                                                : "test session is open");
+        return NULL;
+    }
+    return s;
+}
+
+static PyObject *
+module_test_session_open(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int which;
+    if (!PyArg_ParseTuple(args, "i:_test_session_open", &which)) {
+        return NULL;
+    }
+    collect_session_t *s = module_test_session(which, 0);
+    if (s == NULL || collect_init(s, 64, 1000000, NULL, NULL, 100000) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+module_test_session_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int which, offset;
+    PyObject *code;
+    if (!PyArg_ParseTuple(args, "iO!i:_test_session_add", &which,
+                          &PyCode_Type, &code, &offset)) {
+        return NULL;
+    }
+    collect_session_t *s = module_test_session(which, 1);
+    if (s == NULL) {
+        return NULL;
+    }
+    /* One frame, as the sampler captures it: a borrowed code pointer that
+     * is symbolized now, while the code object is alive. */
+    ring_frame_t frame = {.code = code, .offset = offset};
+    uint32_t n = collect_stack_unlocked(s, &frame, 1, 0, s->stack);
+    collect_add_unlocked(s, s->stack, n, 1, 0, 0, 1, 1000000);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+module_test_session_close(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int which;
+    if (!PyArg_ParseTuple(args, "i:_test_session_close", &which)) {
+        return NULL;
+    }
+    collect_session_t *s = module_test_session(which, 1);
+    if (s == NULL) {
+        return NULL;
+    }
+    pprof_meta_t meta = module_time_meta(1, 1000000);
+    pb_buf_t buf;
+    pb_init(&buf);
+    PyObject *result = NULL;
+    if (collect_encode_unlocked(s, &meta, &buf) == 0) {
+        result = PyBytes_FromStringAndSize((const char *)buf.data,
+                                           (Py_ssize_t)buf.len);
+    }
+    pb_free(&buf);
+    collect_free(s);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"start", module_start, METH_VARARGS,
      "start(mode, hz, engine, signum, max_depth, hidden_files,\n"
@@ -732,6 +826,16 @@ static PyMethodDef module_methods[] = {
      "_encode_synthetic(n, depth)\n--\n\n"
      "Test hook: (raw pprof of n fabricated distinct stacks, CPU seconds\n"
      "the encoder took)."},
+    {"_test_session_open", module_test_session_open, METH_VARARGS,
+     "_test_session_open(which)\n--\n\n"
+     "Test hook: opens test session 0 or 1 (a second profile session)."},
+    {"_test_session_add", module_test_session_add, METH_VARARGS,
+     "_test_session_add(which, code, offset)\n--\n\n"
+     "Test hook: adds a one-frame sample of code at offset to a test\n"
+     "session."},
+    {"_test_session_close", module_test_session_close, METH_VARARGS,
+     "_test_session_close(which)\n--\n\n"
+     "Test hook: the test session's profile (raw pprof); closes it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -167,7 +167,8 @@ typedef struct {
     profile_label_t extra;
 } profile_sample_key_t;
 
-#define PROFILE_KEY_HEADER_IDS (sizeof(profile_sample_key_t) / sizeof(uint32_t))
+#define PROFILE_KEY_HEADER_IDS \
+    (sizeof(profile_sample_key_t) / sizeof(uint32_t))
 #define PROFILE_MAX_KEY_DEPTH 8192
 
 int

@@ -44,7 +44,8 @@
 #define SAMPLER_TICK_SAFE_NS 10000000ULL
 
 /* Thread-local state read by the handler. initial-exec, because the
- * general-dynamic model's first access can call malloc (docs/design.md §2). */
+ * general-dynamic model's first access can call malloc (docs/design.md
+ * §2). */
 #define SAMPLER_TLS __thread __attribute__((tls_model("initial-exec")))
 /* (The thread's id, labels, GC flag and samprof-thread flag are the
  * thread context every sampler shares: tctx.h.) */
@@ -662,8 +663,9 @@ sampler_pid_max(void)
  * run the dynamic linker inside the handler, and its trampoline
  * (_dl_runtime_resolve_xsavec) saves the whole vector register state on the
  * stack: kilobytes on AVX-512 machines, more than a small alternate signal
- * stack has left (a crash seen in tests/reliability/test_reliability_deep.py). Binding
- * is process-wide, so once is enough. */
+ * stack has left (a crash seen in
+ * tests/reliability/test_reliability_deep.py). Binding is process-wide, so
+ * once is enough. */
 static void
 sampler_bind_handler_calls(void)
 {

@@ -47,6 +47,7 @@ typedef struct {
 } wall_thread_t;
 
 typedef struct {
+    collect_session_t *session; /* where samples go (module.c's) */
     uint64_t period_ns;
     uint32_t max_depth;
     PyObject *labels_key;  /* borrowed */
@@ -143,7 +144,7 @@ wall_identify(unsigned long ident, int32_t tid, int *named)
                            ? PyUnicode_AsUTF8AndSize(name, &len)
                            : NULL;
     if (utf8 != NULL && tid != 0) {
-        profile_t *p = collect_profile();
+        profile_t *p = &W.session->profile;
         profile_thread_t *pt = profile_thread(p, tid);
         if (pt != NULL) {
             pt->name = profile_string(p, utf8, (size_t)len);
@@ -293,8 +294,9 @@ wall_gc_add(wall_thread_t *th, PyThreadState *ts, int64_t spent, int on_cpu)
     }
     th->gc_ns += spent;
     int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
-    collect_add_unlocked(W.gc_stack, W.gc_depth, th->tid,
-                         wall_thread_labels(ts), collect_state_string(on_cpu),
+    collect_add_unlocked(W.session, W.gc_stack, W.gc_depth, th->tid,
+                         wall_thread_labels(ts),
+                         collect_state_string(W.session, on_cpu),
                          count, spent);
     W.stats.gc_samples += (uint64_t)count;
 }
@@ -342,7 +344,8 @@ wall_tick_unlocked(uint64_t ticks)
             if (flags & RING_TORN) {
                 continue; /* never seen under the GIL; kept as a guard */
             }
-            th->depth = collect_stack_unlocked(W.frames, (uint16_t)depth,
+            th->depth = collect_stack_unlocked(W.session, W.frames,
+                                               (uint16_t)depth,
                                                flags, th->stack);
             th->walked_cpu = cpu;
             W.stats.walks++;
@@ -375,9 +378,10 @@ wall_tick_unlocked(uint64_t ticks)
             int64_t count = th->count_carry / (int64_t)W.period_ns;
             th->count_carry -= count * (int64_t)W.period_ns;
             on_cpu = 0;
-            collect_add_unlocked(th->stack, th->depth, th->tid,
+            collect_add_unlocked(W.session, th->stack, th->depth, th->tid,
                                  wall_thread_labels(ts),
-                                 collect_state_string(0), count, value);
+                                 collect_state_string(W.session, 0), count,
+                                 value);
             W.stats.samples++;
             continue;
         }
@@ -395,9 +399,9 @@ wall_tick_unlocked(uint64_t ticks)
         th->gc_ns = 0;
         /* count is the periods the sample stands for: ticks delayed by a
          * GIL holder are accounted, not lost. */
-        collect_add_unlocked(th->stack, th->depth, th->tid,
+        collect_add_unlocked(W.session, th->stack, th->depth, th->tid,
                              wall_thread_labels(ts),
-                             collect_state_string(on_cpu),
+                             collect_state_string(W.session, on_cpu),
                              (int64_t)((uint64_t)value / W.period_ns), value);
         W.stats.samples++;
     }
@@ -481,13 +485,15 @@ wall_main(void *arg)
 }
 
 int
-wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key,
-           int on_cpu_sampler, unsigned long ignored_thread)
+wall_start(collect_session_t *session, uint64_t period_ns, uint32_t max_depth,
+           PyObject *labels_key, int on_cpu_sampler,
+           unsigned long ignored_thread)
 {
     if (W.running) {
         PyErr_SetString(PyExc_RuntimeError, "wall sampler already running");
         return -1;
     }
+    W.session = session;
     W.period_ns = period_ns;
     W.max_depth = max_depth;
     W.labels_key = labels_key;
@@ -577,7 +583,8 @@ wall_gc_begin(void)
         return;
     }
     W.gc_depth =
-        collect_stack_unlocked(W.frames, (uint16_t)depth, flags, W.gc_stack);
+        collect_stack_unlocked(W.session, W.frames, (uint16_t)depth, flags,
+                               W.gc_stack);
     W.gc_ts = ts;
     W.gc_charged_ns = wall_now_ns(CLOCK_MONOTONIC);
     W.gc_start_wall = W.gc_charged_ns;

@@ -4,7 +4,9 @@
  * is detached and its frame chain cannot change or be freed), and reads
  * each thread's frames directly. A thread whose CPU clock has not moved
  * since its last read cannot have changed its stack, so its cached stack is
- * reused. No thread is ever signalled: blocking calls are never disturbed. */
+ * reused. No thread is ever signalled by it: blocking calls are never
+ * disturbed. (With the CPU sampler's user-mode-only perf events, threads
+ * that are on CPU get their on-CPU samples from those signals.) */
 #ifndef SAMPROF_WALL_H
 #define SAMPROF_WALL_H
 
@@ -12,6 +14,8 @@
 #include <Python.h>
 
 #include <stdint.h>
+
+#include "collect.h"
 
 typedef struct {
     uint64_t ticks;         /* sampling periods covered */
@@ -23,15 +27,18 @@ typedef struct {
     uint64_t split_threads; /* of which on-CPU time came from signals */
 } wall_stats_t;
 
-/* Starts the sampler thread. labels_key is the thread-dict key under which
+/* Starts the sampler thread, which adds its samples to session (a live
+ * collect session that must outlive the sampler). labels_key is the
+ * thread-dict key under which
  * a thread's label-set id is kept (borrowed; must outlive the profile).
  * With on_cpu_sampler, the CPU sampler (sampler.c, user_only) is running:
  * threads it has armed get their on-CPU time from its signals, and this
  * thread records only their off-CPU time. ignored_thread (a pthread id, or
  * 0) is samprof's collector, left out. Returns 0, or -1 with an exception
- * set. Caller holds the GIL and has called collect_init. */
-int wall_start(uint64_t period_ns, uint32_t max_depth, PyObject *labels_key,
-               int on_cpu_sampler, unsigned long ignored_thread);
+ * set. Caller holds the GIL. */
+int wall_start(collect_session_t *session, uint64_t period_ns,
+               uint32_t max_depth, PyObject *labels_key, int on_cpu_sampler,
+               unsigned long ignored_thread);
 
 /* Stops and joins the sampler thread. Caller holds the GIL (released while
  * joining). */
