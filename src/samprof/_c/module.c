@@ -713,91 +713,6 @@ done:
     return result;
 }
 
-/* Test hooks for tests/core/test_sessions.py: two collect sessions beside
- * the profiler's own, driven from Python, so that a test can kill code
- * objects while both sessions hold them and then check both profiles. All
- * under the GIL. */
-static collect_session_t module_test_sessions[2];
-
-static collect_session_t *
-module_test_session(int which, int want_live)
-{
-    if (which < 0 || which > 1) {
-        PyErr_SetString(PyExc_ValueError, "test session must be 0 or 1");
-        return NULL;
-    }
-    collect_session_t *s = &module_test_sessions[which];
-    if (s->active != want_live) {
-        PyErr_SetString(PyExc_RuntimeError, want_live
-                                                ? "test session is not open"
-                                                : "test session is open");
-        return NULL;
-    }
-    return s;
-}
-
-static PyObject *
-module_test_session_open(PyObject *self, PyObject *args)
-{
-    (void)self;
-    int which;
-    if (!PyArg_ParseTuple(args, "i:_test_session_open", &which)) {
-        return NULL;
-    }
-    collect_session_t *s = module_test_session(which, 0);
-    if (s == NULL || collect_init(s, 64, 1000000, NULL, NULL, 100000) < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-module_test_session_add(PyObject *self, PyObject *args)
-{
-    (void)self;
-    int which, offset;
-    PyObject *code;
-    if (!PyArg_ParseTuple(args, "iO!i:_test_session_add", &which,
-                          &PyCode_Type, &code, &offset)) {
-        return NULL;
-    }
-    collect_session_t *s = module_test_session(which, 1);
-    if (s == NULL) {
-        return NULL;
-    }
-    /* One frame, as the sampler captures it: a borrowed code pointer that
-     * is symbolized now, while the code object is alive. */
-    ring_frame_t frame = {.code = code, .offset = offset};
-    uint32_t n = collect_stack_unlocked(s, &frame, 1, 0, s->stack);
-    collect_add_unlocked(s, s->stack, n, 1, 0, 0, 1, 1000000);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-module_test_session_close(PyObject *self, PyObject *args)
-{
-    (void)self;
-    int which;
-    if (!PyArg_ParseTuple(args, "i:_test_session_close", &which)) {
-        return NULL;
-    }
-    collect_session_t *s = module_test_session(which, 1);
-    if (s == NULL) {
-        return NULL;
-    }
-    pprof_meta_t meta = module_time_meta(1, 1000000);
-    pb_buf_t buf;
-    pb_init(&buf);
-    PyObject *result = NULL;
-    if (collect_encode_unlocked(s, &meta, &buf) == 0) {
-        result = PyBytes_FromStringAndSize((const char *)buf.data,
-                                           (Py_ssize_t)buf.len);
-    }
-    pb_free(&buf);
-    collect_free(s);
-    return result;
-}
-
 static PyMethodDef module_methods[] = {
     {"start", module_start, METH_VARARGS,
      "start(mode, hz, engine, signum, max_depth, hidden_files,\n"
@@ -826,16 +741,6 @@ static PyMethodDef module_methods[] = {
      "_encode_synthetic(n, depth)\n--\n\n"
      "Test hook: (raw pprof of n fabricated distinct stacks, CPU seconds\n"
      "the encoder took)."},
-    {"_test_session_open", module_test_session_open, METH_VARARGS,
-     "_test_session_open(which)\n--\n\n"
-     "Test hook: opens test session 0 or 1 (a second profile session)."},
-    {"_test_session_add", module_test_session_add, METH_VARARGS,
-     "_test_session_add(which, code, offset)\n--\n\n"
-     "Test hook: adds a one-frame sample of code at offset to a test\n"
-     "session."},
-    {"_test_session_close", module_test_session_close, METH_VARARGS,
-     "_test_session_close(which)\n--\n\n"
-     "Test hook: the test session's profile (raw pprof); closes it."},
     {NULL, NULL, 0, NULL},
 };
 
