@@ -304,11 +304,14 @@ class WallProfiler(_Profiler):
         open("wall.pb.gz", "wb").write(prof.result)
         # go tool pprof -tagfocus thread_state=off-cpu wall.pb.gz
 
-    No signal is sent to any thread, so no blocking call is interrupted:
-    a sampler thread takes the GIL at each tick (when every other thread
-    is detached and cannot change its stack) and reads each thread's
-    frames. The ``engine`` and ``signal`` arguments are accepted for
-    symmetry with CPUProfiler and ignored.
+    No blocking call is interrupted: a sampler thread takes the GIL at each
+    tick (when every other thread is detached and cannot change its stack)
+    and reads each thread's frames. Where perf events are available, a
+    thread running Python gets its on-CPU samples from a per-thread event
+    that counts user-mode time only, so its signal never arrives while the
+    thread waits in a system call. The ``engine`` argument is accepted for
+    symmetry with CPUProfiler and ignored; ``signal`` is the one that perf
+    event delivers.
     """
 
     _mode = "wall"

@@ -51,6 +51,25 @@ def test_profiles_name_their_default_sample_type(profiler, kind):
     assert f"{kind}/nanoseconds[dflt]" in go_pprof(prof.result, "-raw")
 
 
+@pytest.mark.parametrize("profiler", [samprof.CPUProfiler, samprof.WallProfiler])
+def test_comments_say_what_the_stats_say(profiler):
+    """The profile's comments and prof.stats come from the same numbers."""
+    import ast
+
+    with profiler(hz=500) as prof:
+        burn_python_for(0.1)
+    stats = prof.stats
+    mode, dropped, threads = check_profile(prof.result).comments
+    assert mode == (
+        f"samprof mode={stats.mode} engine={stats.engine} "
+        f"requested_hz={stats.requested_hz} effective_hz={stats.effective_hz:.1f}"
+    )
+    head, _, truncated = dropped.rpartition(" truncated=")
+    assert ast.literal_eval(head.removeprefix("samprof dropped: ")) == stats.dropped
+    assert int(truncated) == stats.truncated
+    assert ast.literal_eval(threads.removeprefix("samprof threads: ")) == stats.threads_by_engine
+
+
 def test_one_profiler_at_a_time():
     a = samprof.CPUProfiler()
     b = samprof.CPUProfiler()

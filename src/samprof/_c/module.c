@@ -1,5 +1,5 @@
-/* module: samprof._samprof, the Python face of the C core, and the CPU
- * collector thread that drains samples into the profile.
+/* module: samprof._samprof, the Python face of the C core: start and stop
+ * a CPU or wall profile, labels, the GC callback, fork.
  *
  * One profile (CPU or wall) runs at a time per process: the signal handler
  * and the code-object death hook can only find their state through globals,
@@ -17,21 +17,17 @@
 #include <unistd.h>
 
 #include "collect.h"
+#include "clock.h"
+#include "collector.h"
 #include "labels.h"
 #include "pb.h"
 #include "pprof.h"
 #include "profile.h"
 #include "ring.h"
 #include "sampler.h"
+#include "stats.h"
 #include "tctx.h"
 #include "wall.h"
-
-/* How often the collector drains the ring and rescans threads: an eighth
- * of the time the ring takes to fill with every CPU busy, within these
- * bounds. Each round takes the GIL, so at low rates it runs rarely (new
- * threading.Threads arm themselves; the rescan is for the others). */
-#define MODULE_COLLECT_MIN_NS 10000000L
-#define MODULE_COLLECT_MAX_NS 100000000L
 
 typedef enum { MODULE_CPU, MODULE_WALL } module_mode_t;
 
@@ -39,9 +35,9 @@ typedef struct {
     int running;              /* between start and stop. GIL */
     module_mode_t mode;       /* GIL */
     int hz;                   /* GIL */
-    long collect_interval_ns; /* collector round period */
     int sampling;             /* the signal sampler runs (CPU mode, and wall
-                                 mode's on-CPU part where perf exists) */
+                                 mode's on-CPU part where perf exists), and
+                                 with it the collector thread */
     sampler_config_t cfg;     /* GIL */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
@@ -51,27 +47,10 @@ typedef struct {
      * profiles: CPU and wall exclusive with each other (the signal and the
      * per-thread timers are shared). GIL. */
     collect_session_t session;
-
-    /* CPU collector thread. wake_lock protects collector_stop. */
-    pthread_t collector;
-    int collector_started;
-    int collector_stop;
-    pthread_mutex_t wake_lock;
-    pthread_cond_t wake_cond;
 } module_state_t;
 
-static module_state_t M = {
-    .wake_lock = PTHREAD_MUTEX_INITIALIZER,
-};
+static module_state_t M;
 
-
-static int64_t
-module_clock_ns(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* What the two values of a CPU or wall profile mean, as Go's CPU profile
  * says it: samples/count and cpu|wall/nanoseconds, a period of that kind in
@@ -98,68 +77,6 @@ module_time_meta(int cpu, int64_t period_ns)
         .default_sample_type = types[1].type,
     };
     return meta;
-}
-
-/* ------------------------------------------------------------------------
- * The CPU collector thread.
- * ---------------------------------------------------------------------- */
-
-static void *
-module_collector_main(void *arg)
-{
-    (void)arg;
-    /* Only our sampling signal may interrupt this thread; process-directed
-     * signals (SIGINT, SIGTERM...) go to the application's threads. */
-    sigset_t mask;
-    sigfillset(&mask);
-    sigdelset(&mask, M.cfg.signum);
-    pthread_sigmask(SIG_SETMASK, &mask, NULL);
-    tctx_mark_samprof_thread();
-
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyThreadState *ts = PyEval_SaveThread();
-    pthread_mutex_lock(&M.wake_lock);
-    while (!M.collector_stop) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_nsec += M.collect_interval_ns;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&M.wake_cond, &M.wake_lock, &deadline);
-        if (M.collector_stop) {
-            break;
-        }
-        pthread_mutex_unlock(&M.wake_lock);
-        sampler_scan_threads();
-        if (ring_pending(sampler_ring()) != 0) {
-            PyEval_RestoreThread(ts);
-            collect_drain_unlocked(&M.session, sampler_ring(), 0);
-            collect_resolve_thread_names_unlocked(&M.session);
-            ts = PyEval_SaveThread();
-        }
-        pthread_mutex_lock(&M.wake_lock);
-    }
-    pthread_mutex_unlock(&M.wake_lock);
-    PyEval_RestoreThread(ts);
-    PyGILState_Release(gil);
-    return NULL;
-}
-
-static void
-module_collector_stop(void)
-{
-    pthread_mutex_lock(&M.wake_lock);
-    M.collector_stop = 1;
-    pthread_cond_signal(&M.wake_cond);
-    pthread_mutex_unlock(&M.wake_lock);
-    if (M.collector_started) {
-        /* The collector needs the GIL to finish its drain. */
-        Py_BEGIN_ALLOW_THREADS pthread_join(M.collector, NULL);
-        Py_END_ALLOW_THREADS M.collector_started = 0;
-    }
-    pthread_cond_destroy(&M.wake_cond);
 }
 
 /* ------------------------------------------------------------------------
@@ -245,25 +162,15 @@ module_start(PyObject *self, PyObject *args)
     M.cfg.ring_slots = slots < 256 ? 256 : slots > 8192 ? 8192 : slots;
     M.mode = m;
     M.hz = hz;
-    {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        double fill_s = (double)M.cfg.ring_slots
-                        / ((double)hz * (double)(cpus > 0 ? cpus : 1));
-        long interval = (long)(fill_s / 8 * 1e9);
-        M.collect_interval_ns =
-            interval < MODULE_COLLECT_MIN_NS   ? MODULE_COLLECT_MIN_NS
-            : interval > MODULE_COLLECT_MAX_NS ? MODULE_COLLECT_MAX_NS
-                                               : interval;
-    }
 
     if (collect_init(&M.session, (uint32_t)max_depth, M.cfg.period_ns,
                      hidden_file, labels_registry(), (size_t)max_samples)
         < 0) {
         return NULL;
     }
-    M.start_realtime_ns = module_clock_ns(CLOCK_REALTIME);
-    M.start_monotonic_ns = module_clock_ns(CLOCK_MONOTONIC);
-    M.start_cpu_ns = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    M.start_realtime_ns = clock_ns(CLOCK_REALTIME);
+    M.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+    M.start_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 
     int sampling = 1;
     if (m == MODULE_WALL) {
@@ -283,15 +190,12 @@ module_start(PyObject *self, PyObject *args)
         sampling = 0;
     }
     M.sampling = sampling;
-    M.collector_started = 0;
     if (sampling) {
         collect_set_ring(&M.session, sampler_ring());
-        M.collector_stop = 0;
-        pthread_cond_init(&M.wake_cond, NULL);
-        int err =
-            pthread_create(&M.collector, NULL, module_collector_main, NULL);
-        if (err != 0) {
-            pthread_cond_destroy(&M.wake_cond);
+        if (collector_start(&M.session, M.cfg.signum,
+                            collector_interval_ns(M.cfg.ring_slots, hz))
+            < 0) {
+            int err = errno;
             sampler_stop();
             collect_set_ring(&M.session, NULL);
             sampler_release();
@@ -300,15 +204,14 @@ module_start(PyObject *self, PyObject *args)
             errno = err;
             return PyErr_SetFromErrno(PyExc_OSError);
         }
-        M.collector_started = 1;
     }
     if (m == MODULE_WALL) {
         if (wall_start(&M.session, M.cfg.period_ns, (uint32_t)max_depth,
                        labels_dict_key(), sampling,
-                       sampling ? (unsigned long)M.collector : 0)
+                       sampling ? (unsigned long)collector_thread() : 0)
             < 0) {
             if (sampling) {
-                module_collector_stop();
+                collector_stop();
                 sampler_stop();
                 collect_set_ring(&M.session, NULL);
                 sampler_release();
@@ -329,21 +232,41 @@ module_source_name(int src)
     return names[src];
 }
 
-/* Stats of a CPU profile. GIL. */
-static PyObject *
-module_cpu_stats(int64_t duration_ns, int64_t cpu_ns)
+/* What both kinds share: the drops, the profile's size and the times. */
+static void
+module_common_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
 {
     const sampler_counters_t *c = sampler_counters();
-    uint64_t signals = 0, by_source[SAMPLER_SRC_COUNT];
+    profile_t *p = &M.session.profile;
+    st->requested_hz = M.hz;
+    if (M.sampling) {
+        st->buffer_full = atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]);
+        st->torn = atomic_load(&c->dropped[SAMPLER_DROP_TORN]);
+        for (int i = 0; i < SAMPLER_SRC_COUNT; i++) {
+            st->signals += atomic_load(&c->signals[i]);
+        }
+    }
+    st->stack_table_full = p->overflowed;
+    st->unknown_frames = collect_unknown_frames(&M.session);
+    st->truncated = collect_truncated(&M.session);
+    st->duration_ns = duration_ns;
+    st->cpu_ns = cpu_ns;
+    st->profile_bytes = profile_bytes(p);
+}
+
+/* Stats of a CPU profile. GIL. */
+static void
+module_cpu_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
+{
+    const sampler_counters_t *c = sampler_counters();
     uint64_t armed[SAMPLER_SRC_COUNT];
     int primary = SAMPLER_SRC_ITIMER;
     uint64_t best = 0;
     sampler_threads_by_source(armed);
     for (int i = 0; i < SAMPLER_SRC_COUNT; i++) {
-        by_source[i] = atomic_load(&c->signals[i]);
-        signals += by_source[i];
-        if (by_source[i] > best) {
-            best = by_source[i];
+        uint64_t n = atomic_load(&c->signals[i]);
+        if (n > best) {
+            best = n;
             primary = i;
         }
     }
@@ -356,115 +279,50 @@ module_cpu_stats(int64_t duration_ns, int64_t cpu_ns)
             }
         }
     }
+    st->cpu = 1;
+    module_common_stats(st, duration_ns, cpu_ns);
+    st->engine = module_source_name(primary);
     double cpu_s = (double)cpu_ns / 1e9;
-    double effective = cpu_s > 0 ? (double)signals / cpu_s : 0.0;
-    profile_t *p = &M.session.profile;
-    return Py_BuildValue(
-        "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K,s:K,s:K},s:{s:K,s:K,s:K,s:K},"
-        "s:K,s:L,s:L,s:K,s:K}",
-        "mode", "cpu", "engine", module_source_name(primary), "requested_hz",
-        M.hz, "effective_hz", effective, "samples",
-        (unsigned long long)signals, "signals", (unsigned long long)signals,
-        "threads_by_engine", "perf",
-        (unsigned long long)armed[SAMPLER_SRC_PERF], "timer",
-        (unsigned long long)armed[SAMPLER_SRC_TIMER], "itimer",
-        (unsigned long long)armed[SAMPLER_SRC_ITIMER], "dropped",
-        "buffer_full",
-        (unsigned long long)atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]),
-        "torn",
-        (unsigned long long)atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
-        "stack_table_full", (unsigned long long)p->overflowed,
-        "unknown_frames",
-        (unsigned long long)collect_unknown_frames(&M.session), "truncated",
-        (unsigned long long)collect_truncated(&M.session), "duration_ns",
-        (long long)duration_ns, "cpu_ns", (long long)cpu_ns, "foreign_signals",
-        (unsigned long long)atomic_load(&c->foreign), "profile_bytes",
-        (unsigned long long)profile_bytes(p));
-}
-
-/* Signals the CPU sampler turned into samples (0 when it did not run). */
-static uint64_t
-module_sampler_signals(void)
-{
-    uint64_t n = 0;
-    if (M.sampling) {
-        for (int i = 0; i < SAMPLER_SRC_COUNT; i++) {
-            n += atomic_load(&sampler_counters()->signals[i]);
-        }
-    }
-    return n;
+    st->effective_hz = cpu_s > 0 ? (double)st->signals / cpu_s : 0.0;
+    st->samples = st->signals;
+    st->threads[STATS_PERF] = armed[SAMPLER_SRC_PERF];
+    st->threads[STATS_TIMER] = armed[SAMPLER_SRC_TIMER];
+    st->threads[STATS_ITIMER] = armed[SAMPLER_SRC_ITIMER];
+    st->foreign_signals = atomic_load(&c->foreign);
 }
 
 /* Stats of a wall profile. GIL. */
-static PyObject *
-module_wall_stats(int64_t duration_ns, int64_t cpu_ns)
+static void
+module_wall_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
 {
     wall_stats_t w;
     wall_get_stats(&w);
+    st->cpu = 0;
+    module_common_stats(st, duration_ns, cpu_ns);
+    st->engine = M.sampling ? "wall+perf" : "wall";
     double secs = (double)duration_ns / 1e9;
-    double effective = secs > 0 ? (double)w.ticks / secs : 0.0;
-    profile_t *p = &M.session.profile;
-    return Py_BuildValue(
-        "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:{s:K,s:K,s:K,s:K},s:K,s:L,s:L,"
-        "s:K,s:K,s:K,s:K,s:K}",
-        "mode", "wall", "engine", M.sampling ? "wall+perf" : "wall",
-        "requested_hz", M.hz, "effective_hz", effective, "samples",
-        (unsigned long long)(w.samples + module_sampler_signals()), "signals",
-        (unsigned long long)module_sampler_signals(), "threads_by_engine",
-        "wall", (unsigned long long)w.threads_seen, "dropped", "buffer_full",
-        (unsigned long long)(M.sampling ? atomic_load(
-                                 &sampler_counters()
-                                      ->dropped[SAMPLER_DROP_RING_FULL])
-                                        : 0),
-        "torn",
-        (unsigned long long)(M.sampling ? atomic_load(
-                                 &sampler_counters()
-                                      ->dropped[SAMPLER_DROP_TORN])
-                                        : 0),
-        "stack_table_full", (unsigned long long)p->overflowed,
-        "unknown_frames",
-        (unsigned long long)collect_unknown_frames(&M.session), "truncated",
-        (unsigned long long)collect_truncated(&M.session), "duration_ns",
-        (long long)duration_ns, "cpu_ns", (long long)cpu_ns, "walks",
-        (unsigned long long)w.walks, "late_ticks",
-        (unsigned long long)w.late_ticks, "gc_samples",
-        (unsigned long long)w.gc_samples, "ticks", (unsigned long long)w.ticks,
-        "profile_bytes", (unsigned long long)profile_bytes(p));
+    st->effective_hz = secs > 0 ? (double)w.ticks / secs : 0.0;
+    st->samples = w.samples + st->signals;
+    st->threads[0] = w.threads_seen;
+    st->walks = w.walks;
+    st->late_ticks = w.late_ticks;
+    st->gc_samples = w.gc_samples;
+    st->ticks = w.ticks;
 }
 
-/* Encodes the finished profile; returns (bytes, stats) or NULL. GIL. */
+/* Encodes the finished profile; returns (bytes, stats dict) or NULL with
+ * an exception set. GIL. */
 static PyObject *
-module_encode_result(PyObject *stats, int64_t duration_ns)
+module_encode_result(const stats_t *st)
 {
-    char c1[256], c2[256], c3[160];
-    PyObject *eng = PyDict_GetItemString(stats, "engine");
-    PyObject *eff = PyDict_GetItemString(stats, "effective_hz");
-    PyObject *dropped = PyDict_GetItemString(stats, "dropped");
-    PyObject *threads = PyDict_GetItemString(stats, "threads_by_engine");
-    PyObject *dropped_repr = dropped ? PyObject_Str(dropped) : NULL;
-    PyObject *threads_repr = threads ? PyObject_Str(threads) : NULL;
-    if (dropped_repr == NULL || threads_repr == NULL) {
-        Py_XDECREF(dropped_repr);
-        Py_XDECREF(threads_repr);
-        return NULL;
-    }
-    snprintf(c1, sizeof(c1),
-             "samprof mode=%s engine=%s requested_hz=%d effective_hz=%.1f",
-             M.mode == MODULE_CPU ? "cpu" : "wall",
-             eng ? PyUnicode_AsUTF8(eng) : "?", M.hz,
-             eff ? PyFloat_AsDouble(eff) : 0.0);
-    snprintf(c2, sizeof(c2), "samprof dropped: %s truncated=%llu",
-             PyUnicode_AsUTF8(dropped_repr),
-             (unsigned long long)collect_truncated(&M.session));
-    snprintf(c3, sizeof(c3), "samprof threads: %s",
-             PyUnicode_AsUTF8(threads_repr));
-    Py_DECREF(dropped_repr);
-    Py_DECREF(threads_repr);
-    const char *comments[] = {c1, c2, c3};
+    char comment_text[3][STATS_COMMENT_SIZE];
+    stats_comments(st, comment_text);
+    const char *comments[] = {comment_text[0], comment_text[1],
+                              comment_text[2]};
     pprof_meta_t meta =
         module_time_meta(M.mode == MODULE_CPU, (int64_t)M.cfg.period_ns);
     meta.time_nanos = M.start_realtime_ns;
-    meta.duration_nanos = duration_ns;
+    meta.duration_nanos = st->duration_ns;
     meta.comments = comments;
     meta.n_comments = 3;
     pb_buf_t buf;
@@ -473,8 +331,12 @@ module_encode_result(PyObject *stats, int64_t duration_ns)
     if (collect_encode_unlocked(&M.session, &meta, &buf) == 0) {
         PyObject *bytes = PyBytes_FromStringAndSize((const char *)buf.data,
                                                     (Py_ssize_t)buf.len);
-        if (bytes != NULL) {
-            result = Py_BuildValue("(NO)", bytes, stats);
+        PyObject *dict = bytes != NULL ? stats_to_dict(st) : NULL;
+        if (dict != NULL) {
+            result = Py_BuildValue("(NN)", bytes, dict);
+        }
+        else {
+            Py_XDECREF(bytes);
         }
     }
     pb_free(&buf);
@@ -490,17 +352,16 @@ module_stop(PyObject *self, PyObject *noargs)
         PyErr_SetString(sampler_error, "no profile is running");
         return NULL;
     }
-    PyObject *stats;
     int64_t duration, cpu;
     if (M.mode == MODULE_WALL) {
         wall_stop();
     }
     if (M.sampling) {
-        module_collector_stop();
+        collector_stop();
         sampler_stop();
     }
-    duration = module_clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
-    cpu = module_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
+    duration = clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
+    cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
     if (M.sampling) {
         collect_drain_unlocked(&M.session, sampler_ring(), 1);
         collect_set_ring(&M.session, NULL);
@@ -515,10 +376,14 @@ module_stop(PyObject *self, PyObject *noargs)
             atomic_load(&c->dropped_periods[SAMPLER_DROP_TORN]));
     }
     collect_resolve_thread_names_unlocked(&M.session);
-    stats = M.mode == MODULE_WALL ? module_wall_stats(duration, cpu)
-                                  : module_cpu_stats(duration, cpu);
-    PyObject *result = stats ? module_encode_result(stats, duration) : NULL;
-    Py_XDECREF(stats);
+    stats_t st = {0};
+    if (M.mode == MODULE_WALL) {
+        module_wall_stats(&st, duration, cpu);
+    }
+    else {
+        module_cpu_stats(&st, duration, cpu);
+    }
+    PyObject *result = module_encode_result(&st);
     M.running = 0;
     if (M.sampling) {
         sampler_release();
@@ -644,12 +509,8 @@ module_atfork_child(void)
      * copy-on-write). */
     sampler_after_fork_child();
     wall_after_fork_child();
-    if (M.running) {
-        M.running = 0;
-        M.collector_started = 0;
-        pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-        memcpy(&M.wake_lock, &fresh, sizeof(fresh));
-    }
+    collector_after_fork_child();
+    M.running = 0;
 }
 
 /* Test hook: encodes a fabricated profile of n distinct stacks of the given
@@ -697,13 +558,13 @@ module_encode_synthetic(PyObject *self, PyObject *args)
         }
     }
     pprof_meta_t meta = module_time_meta(1, 1000000);
-    int64_t t0 = module_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    int64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     if (pprof_encode(&p, &meta, &buf) < 0) {
         PyErr_NoMemory();
         goto done;
     }
     double seconds =
-        (double)(module_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
+        (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
     result = Py_BuildValue("(y#d)", (const char *)buf.data,
                            (Py_ssize_t)buf.len, seconds);
 done:

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "frames.h"
 #include "tctx.h"
 
@@ -184,9 +185,7 @@ sampler_itimer_sample_weight(void)
     if (!S.itimer_only) {
         return S.itimer_weight;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    int64_t now = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     int64_t period = (int64_t)S.cfg.period_ns;
     /* Whole periods since the CPU time already accounted; the remainder
      * carries to the next sample, so the weights add up exactly. */
@@ -202,27 +201,6 @@ sampler_itimer_sample_weight(void)
     return (uint32_t)periods;
 }
 
-static int64_t
-sampler_thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* The perf event counts user-mode time only, so periods that end inside a
- * system call are skipped. Weighing each sample by the thread's whole CPU
- * time (user and system) since the CPU already accounted keeps the totals
- * right: the system time goes to the next user-mode stack, usually the
- * code that made the call. Whole periods, remainder carried. */
-static int64_t
-sampler_monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Sets the CPU already accounted to `accounted` ns, `now` being the
  * thread's CPU time, and remembers the carry left. */
 static void
@@ -230,13 +208,18 @@ sampler_set_accounted(int64_t accounted, int64_t now)
 {
     tls_cpu_accounted = accounted;
     tls_carry_ns = now - accounted;
-    tls_carry_known_at = sampler_monotonic_ns();
+    tls_carry_known_at = clock_ns(CLOCK_MONOTONIC);
 }
 
+/* The perf event counts user-mode time only, so periods that end inside a
+ * system call are skipped. Weighing each sample by the thread's whole CPU
+ * time (user and system) since the CPU already accounted keeps the totals
+ * right: the system time goes to the next user-mode stack, usually the
+ * code that made the call. Whole periods, remainder carried. */
 static uint32_t
 sampler_perf_weight(void)
 {
-    int64_t now = sampler_thread_cpu_ns();
+    int64_t now = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     int64_t period = (int64_t)S.cfg.period_ns;
     int64_t periods = (now - tls_cpu_accounted) / period;
     if (periods < 0) {
@@ -279,7 +262,7 @@ sampler_on_signal(int signum, siginfo_t *info, void *ucontext)
             ioctl(info->si_fd, PERF_EVENT_IOC_PERIOD, &period);
             tls_perf_fd = info->si_fd;
             tls_perf_profile = S.profile_id;
-            int64_t now = sampler_thread_cpu_ns();
+            int64_t now = clock_ns(CLOCK_THREAD_CPUTIME_ID);
             sampler_set_accounted(now, now);
             sampler_record(SAMPLER_SRC_PERF, 1, tid);
         }
@@ -762,12 +745,7 @@ sampler_start(const sampler_config_t *cfg)
     S.itimer_armed = 0;
     S.profile_id++;
     S.itimer_only = cfg->engine == SAMPLER_ENGINE_ITIMER;
-    {
-        struct timespec ts;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-        atomic_store(&S.itimer_last_cpu,
-                     (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec);
-    }
+    atomic_store(&S.itimer_last_cpu, clock_ns(CLOCK_PROCESS_CPUTIME_ID));
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -903,7 +881,7 @@ sampler_settle_perf_carry(void)
      * cannot have reached a period yet, there is nothing to settle, and
      * the monotonic clock (no system call) says so without reading the
      * thread's CPU clock (a system call). */
-    if (tls_carry_ns + (sampler_monotonic_ns() - tls_carry_known_at)
+    if (tls_carry_ns + (clock_ns(CLOCK_MONOTONIC) - tls_carry_known_at)
         < (int64_t)S.cfg.period_ns) {
         return;
     }

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "collect.h"
 #include "frames.h"
 #include "htab.h"
@@ -85,14 +86,6 @@ typedef struct {
 /* Global: the GC callbacks reach it without context. */
 static wall_state_t W = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static int64_t
-wall_now_ns(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* CPU time of the thread with this pthread id, or -1. The thread is alive:
  * its thread state is in the interpreter's list and we hold the GIL. */
 static int64_t
@@ -102,7 +95,7 @@ wall_thread_cpu(unsigned long ident)
     if (pthread_getcpuclockid((pthread_t)ident, &clock) != 0) {
         return -1;
     }
-    return wall_now_ns(clock);
+    return clock_ns(clock);
 }
 
 /* Finds the threading.Thread of the thread with pthread id ident and
@@ -307,7 +300,7 @@ wall_gc_add(wall_thread_t *th, PyThreadState *ts, int64_t spent, int on_cpu)
 static void
 wall_gc_charge(wall_thread_t *th, PyThreadState *ts)
 {
-    int64_t now = wall_now_ns(CLOCK_MONOTONIC);
+    int64_t now = clock_ns(CLOCK_MONOTONIC);
     int64_t spent = now - W.gc_charged_ns;
     W.gc_charged_ns = now;
     wall_gc_add(th, ts, spent, 1);
@@ -433,7 +426,7 @@ wall_main(void *arg)
     W.self_ts = PyThreadState_Get();
     PyThreadState *ts = PyEval_SaveThread();
 
-    int64_t next = wall_now_ns(CLOCK_MONOTONIC) + (int64_t)W.period_ns;
+    int64_t next = clock_ns(CLOCK_MONOTONIC) + (int64_t)W.period_ns;
     for (;;) {
         pthread_mutex_lock(&W.lock);
         while (!W.stop) {
@@ -449,7 +442,7 @@ wall_main(void *arg)
         if (stop) {
             break;
         }
-        int64_t now = wall_now_ns(CLOCK_MONOTONIC);
+        int64_t now = clock_ns(CLOCK_MONOTONIC);
         uint64_t ticks = 1;
         if (now > next) {
             ticks += (uint64_t)((now - next) / (int64_t)W.period_ns);
@@ -462,7 +455,7 @@ wall_main(void *arg)
             continue;
         }
         PyEval_RestoreThread(ts);
-        int64_t got = wall_now_ns(CLOCK_MONOTONIC);
+        int64_t got = clock_ns(CLOCK_MONOTONIC);
         if (got > next) {
             /* Waiting for the GIL took whole periods: they are part of
              * this tick, not lost. */
@@ -586,9 +579,9 @@ wall_gc_begin(void)
         collect_stack_unlocked(W.session, W.frames, (uint16_t)depth, flags,
                                W.gc_stack);
     W.gc_ts = ts;
-    W.gc_charged_ns = wall_now_ns(CLOCK_MONOTONIC);
+    W.gc_charged_ns = clock_ns(CLOCK_MONOTONIC);
     W.gc_start_wall = W.gc_charged_ns;
-    W.gc_start_cpu = wall_now_ns(CLOCK_THREAD_CPUTIME_ID);
+    W.gc_start_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     /* With the CPU sampler the sampler thread must still wait for the
      * GIL: the thread's off-CPU share of the collection is charged at its
      * end, below. */
@@ -625,8 +618,8 @@ wall_gc_end(void)
     }
     /* The CPU sampler saw the on-CPU part of the collection (with <gc> on
      * top). The rest, preempted or waiting, is off-CPU time in <gc>. */
-    int64_t wall = wall_now_ns(CLOCK_MONOTONIC) - W.gc_start_wall;
-    int64_t cpu = wall_now_ns(CLOCK_THREAD_CPUTIME_ID) - W.gc_start_cpu;
+    int64_t wall = clock_ns(CLOCK_MONOTONIC) - W.gc_start_wall;
+    int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - W.gc_start_cpu;
     wall_gc_add(th, ts, wall - cpu, 0);
 }
 

@@ -1,4 +1,4 @@
-/* wall: wall-clock sampling of every Python thread, without signals.
+/* wall: wall-clock sampling of every Python thread, without signalling it.
  *
  * A sampler thread wakes at the rate, takes the GIL (so every other thread
  * is detached and its frame chain cannot change or be freed), and reads

@@ -1,0 +1,140 @@
+/* collector: the CPU profiler's collector thread (collector.h). */
+#include "collector.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "sampler.h"
+#include "tctx.h"
+
+#define COLLECTOR_MIN_NS 10000000L
+#define COLLECTOR_MAX_NS 100000000L
+
+typedef struct {
+    pthread_t thread;
+    int started;                /* between start and stop. GIL */
+    collect_session_t *session; /* drained into. GIL */
+    int signum;                 /* the one signal the thread accepts */
+    long interval_ns;           /* round period */
+    pthread_mutex_t wake_lock;  /* protects stop */
+    pthread_cond_t wake_cond;   /* signalled by collector_stop */
+    int stop;
+} collector_state_t;
+
+/* Global: one collector per process, like the sampler it drains. */
+static collector_state_t K = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
+
+long
+collector_interval_ns(size_t ring_slots, int hz)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double fill_s =
+        (double)ring_slots / ((double)hz * (double)(cpus > 0 ? cpus : 1));
+    long interval = (long)(fill_s / 8 * 1e9);
+    return interval < COLLECTOR_MIN_NS   ? COLLECTOR_MIN_NS
+           : interval > COLLECTOR_MAX_NS ? COLLECTOR_MAX_NS
+                                         : interval;
+}
+
+static void *
+collector_main(void *arg)
+{
+    (void)arg;
+    /* Only our sampling signal may interrupt this thread; process-directed
+     * signals (SIGINT, SIGTERM...) go to the application's threads. */
+    sigset_t mask;
+    sigfillset(&mask);
+    sigdelset(&mask, K.signum);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
+    tctx_mark_samprof_thread();
+
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyThreadState *ts = PyEval_SaveThread();
+    pthread_mutex_lock(&K.wake_lock);
+    while (!K.stop) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += K.interval_ns;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&K.wake_cond, &K.wake_lock, &deadline);
+        if (K.stop) {
+            break;
+        }
+        pthread_mutex_unlock(&K.wake_lock);
+        sampler_scan_threads();
+        if (ring_pending(sampler_ring()) != 0) {
+            PyEval_RestoreThread(ts);
+            collect_drain_unlocked(K.session, sampler_ring(), 0);
+            collect_resolve_thread_names_unlocked(K.session);
+            ts = PyEval_SaveThread();
+        }
+        pthread_mutex_lock(&K.wake_lock);
+    }
+    pthread_mutex_unlock(&K.wake_lock);
+    PyEval_RestoreThread(ts);
+    PyGILState_Release(gil);
+    return NULL;
+}
+
+int
+collector_start(collect_session_t *session, int signum, long interval_ns)
+{
+    K.session = session;
+    K.signum = signum;
+    K.interval_ns = interval_ns;
+    K.stop = 0;
+    pthread_cond_init(&K.wake_cond, NULL);
+    int err = pthread_create(&K.thread, NULL, collector_main, NULL);
+    if (err != 0) {
+        pthread_cond_destroy(&K.wake_cond);
+        errno = err;
+        return -1;
+    }
+    K.started = 1;
+    return 0;
+}
+
+void
+collector_stop(void)
+{
+    if (!K.started) {
+        return;
+    }
+    pthread_mutex_lock(&K.wake_lock);
+    K.stop = 1;
+    pthread_cond_signal(&K.wake_cond);
+    pthread_mutex_unlock(&K.wake_lock);
+    /* The collector needs the GIL to finish its drain. */
+    Py_BEGIN_ALLOW_THREADS pthread_join(K.thread, NULL);
+    Py_END_ALLOW_THREADS K.started = 0;
+    pthread_cond_destroy(&K.wake_cond);
+    K.session = NULL;
+}
+
+int
+collector_running(void)
+{
+    return K.started;
+}
+
+pthread_t
+collector_thread(void)
+{
+    return K.thread;
+}
+
+void
+collector_after_fork_child(void)
+{
+    K.started = 0;
+    K.session = NULL;
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&K.wake_lock, &fresh, sizeof(fresh));
+}
