@@ -15,6 +15,8 @@ from __future__ import annotations
 
 try:
     from samprof._samprof import (
+        MAX_DEPTH,
+        MAX_HZ,
         MAX_SAMPLES,
         ProfilerError,
         _after_fork_child,
@@ -41,6 +43,8 @@ except ImportError as e:
     ) from e
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_HZ",
     "MAX_SAMPLES",
     "ProfilerError",
     "_after_fork_child",

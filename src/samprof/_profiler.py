@@ -20,7 +20,6 @@ from samprof import _core
 ProfilerError = _core.ProfilerError
 
 _ENGINES = ("auto", "perf", "timer", "itimer")
-_MAX_HZ = 100_000
 # The core handles one profile at a time; this lock makes start/stop from
 # several Python threads well ordered.
 _lock = threading.Lock()
@@ -116,8 +115,8 @@ def _check_hz(hz: object) -> int:
         raise TypeError(f"hz must be a number of samples per second, not {type(hz).__name__}")
     if not math.isfinite(hz) or hz != int(hz):
         raise ValueError(f"hz must be a whole number of samples per second, got {hz!r}")
-    if not 1 <= hz <= _MAX_HZ:
-        raise ValueError(f"hz must be between 1 and {_MAX_HZ}, got {hz!r}")
+    if not 1 <= hz <= _core.MAX_HZ:
+        raise ValueError(f"hz must be between 1 and {_core.MAX_HZ}, got {hz!r}")
     return int(hz)
 
 
@@ -141,9 +140,11 @@ class _Profiler:
         if (
             isinstance(max_depth, bool)
             or not isinstance(max_depth, int)
-            or not 1 <= max_depth <= 4096
+            or not 1 <= max_depth <= _core.MAX_DEPTH
         ):
-            raise ValueError(f"max_depth must be an int between 1 and 4096, got {max_depth!r}")
+            raise ValueError(
+                f"max_depth must be an int between 1 and {_core.MAX_DEPTH}, got {max_depth!r}"
+            )
         self.max_depth = max_depth
         if isinstance(max_stacks, bool) or not isinstance(max_stacks, int) or max_stacks < 1:
             raise ValueError(f"max_stacks must be a positive int, got {max_stacks!r}")

@@ -3,6 +3,8 @@
 from typing import Any, Dict, Tuple
 
 MAX_SAMPLES: int
+MAX_HZ: int
+MAX_DEPTH: int
 
 class ProfilerError(RuntimeError): ...
 

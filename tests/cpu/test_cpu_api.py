@@ -67,6 +67,7 @@ def test_comments_say_what_the_stats_say(profiler):
     head, _, truncated = dropped.rpartition(" truncated=")
     assert ast.literal_eval(head.removeprefix("samprof dropped: ")) == stats.dropped
     assert int(truncated) == stats.truncated
+    assert stats.dropped["out_of_memory"] == 0, stats.dropped
     assert ast.literal_eval(threads.removeprefix("samprof threads: ")) == stats.threads_by_engine
 
 

@@ -75,8 +75,8 @@ add_all(collect_session_t *s, PyObject **codes)
 {
     for (int i = 0; i < N_CODES; i++) {
         ring_frame_t frame = {.code = codes[i], .offset = 0};
-        uint32_t n = collect_stack_unlocked(s, &frame, 1, 0, s->stack);
-        collect_add_unlocked(s, s->stack, n, 1, 0, 0, 1, 1000);
+        uint32_t n = collect_stack(s, &frame, 1, 0, s->stack);
+        collect_add(s, s->stack, n, 1, 0, 0, 1, 1000);
     }
 }
 
@@ -193,7 +193,7 @@ main(int argc, char **argv)
                              .default_sample_type = "cpu"};
         pb_buf_t buf;
         pb_init(&buf);
-        CHECK(collect_encode_unlocked(&b, &meta, &buf) == 0);
+        CHECK(collect_encode(&b, &meta, &buf) == 0);
         FILE *f = fopen(argv[2], "wb");
         CHECK(f != NULL && fwrite(buf.data, 1, buf.len, f) == buf.len);
         if (f != NULL) {

@@ -93,6 +93,12 @@ collect_free(collect_session_t *s)
 }
 
 uint64_t
+collect_lost(const collect_session_t *s)
+{
+    return s->lost;
+}
+
+uint64_t
 collect_truncated(const collect_session_t *s)
 {
     return s->truncated;
@@ -105,8 +111,8 @@ collect_unknown_frames(const collect_session_t *s)
 }
 
 uint32_t
-collect_stack_unlocked(collect_session_t *s, const ring_frame_t *frames,
-                       uint16_t depth, uint16_t flags, uint32_t *out)
+collect_stack(collect_session_t *s, const ring_frame_t *frames,
+              uint16_t depth, uint16_t flags, uint32_t *out)
 {
     profile_t *p = &s->profile;
     uint32_t n = 0;
@@ -150,9 +156,9 @@ collect_stack_unlocked(collect_session_t *s, const ring_frame_t *frames,
 }
 
 void
-collect_add_unlocked(collect_session_t *s, const uint32_t *stack, uint32_t n,
-                     int32_t tid, uint32_t labels, uint32_t state,
-                     int64_t count, int64_t value)
+collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
+            int32_t tid, uint32_t labels, uint32_t state,
+            int64_t count, int64_t value)
 {
     if (s->labelsets == NULL
         || labels > (uint32_t)PyList_GET_SIZE(s->labelsets)) {
@@ -161,7 +167,10 @@ collect_add_unlocked(collect_session_t *s, const uint32_t *stack, uint32_t n,
     (void)profile_thread(&s->profile, tid);
     profile_label_t extra = {state != 0 ? s->k_thread_state : 0, state};
     int64_t values[2] = {count, value};
-    (void)profile_add(&s->profile, stack, n, tid, labels, extra, values, NULL);
+    if (profile_add(&s->profile, stack, n, tid, labels, extra, values, NULL)
+        < 0) {
+        s->lost += (uint64_t)count;
+    }
 }
 
 void
@@ -177,8 +186,8 @@ collect_set_ring(collect_session_t *s, ring_t *ring)
 }
 
 void
-collect_drain_unlocked(collect_session_t *s, ring_t *r,
-                       int wait_for_writers)
+collect_drain(collect_session_t *s, ring_t *r,
+              int wait_for_writers)
 {
     if (!s->active || s->draining || r == NULL || r->slots == NULL) {
         return;
@@ -199,9 +208,9 @@ collect_drain_unlocked(collect_session_t *s, ring_t *r,
                    || (s->wall_mode
                        && (slot->flags & (RING_NO_PYTHON | RING_COLLECTOR)));
         if (!skip) {
-            uint32_t n = collect_stack_unlocked(s, slot->frames, slot->depth,
-                                                slot->flags, s->stack);
-            collect_add_unlocked(
+            uint32_t n = collect_stack(s, slot->frames, slot->depth,
+                                       slot->flags, s->stack);
+            collect_add(
                 s, s->stack, n, slot->tid, slot->labels,
                 s->wall_mode ? collect_state_string(s, 1) : 0, 1,
                 (int64_t)slot->weight * (int64_t)s->period_ns);
@@ -219,7 +228,7 @@ collect_on_code_death(PyObject *code)
 {
     for (collect_session_t *s = collect_live; s != NULL; s = s->next) {
         if (s->ring != NULL && ring_pending(s->ring) != 0) {
-            collect_drain_unlocked(s, s->ring, 1);
+            collect_drain(s, s->ring, 1);
         }
         symbols_forget(&s->symbols, code);
     }
@@ -251,6 +260,22 @@ collect_thread_comm(int32_t tid, char *buf, size_t size)
     return n;
 }
 
+PyObject *
+collect_threading_active(void)
+{
+    PyObject *modname = PyUnicode_FromString("threading");
+    PyObject *threading = modname ? PyImport_GetModule(modname) : NULL;
+    Py_XDECREF(modname);
+    PyObject *active =
+        threading ? PyObject_GetAttrString(threading, "_active") : NULL;
+    Py_XDECREF(threading);
+    if (active != NULL && !PyDict_Check(active)) {
+        Py_CLEAR(active);
+    }
+    PyErr_Clear();
+    return active;
+}
+
 /* {native_id: name} of threading's live Thread objects, or NULL. */
 static PyObject *
 collect_threading_names(void)
@@ -260,13 +285,9 @@ collect_threading_names(void)
         PyErr_Clear();
         return NULL;
     }
-    PyObject *modname = PyUnicode_FromString("threading");
-    PyObject *threading = modname ? PyImport_GetModule(modname) : NULL;
-    Py_XDECREF(modname);
-    if (threading != NULL) {
-        PyObject *active = PyObject_GetAttrString(threading, "_active");
-        PyObject *values =
-            active && PyDict_Check(active) ? PyDict_Values(active) : NULL;
+    PyObject *active = collect_threading_active();
+    if (active != NULL) {
+        PyObject *values = PyDict_Values(active);
         if (values != NULL) {
             for (Py_ssize_t j = 0; j < PyList_GET_SIZE(values); j++) {
                 PyObject *t = PyList_GET_ITEM(values, j);
@@ -282,15 +303,14 @@ collect_threading_names(void)
             }
         }
         Py_XDECREF(values);
-        Py_XDECREF(active);
-        Py_DECREF(threading);
+        Py_DECREF(active);
     }
     PyErr_Clear();
     return names;
 }
 
 void
-collect_resolve_thread_names_unlocked(collect_session_t *s)
+collect_resolve_thread_names(collect_session_t *s)
 {
     profile_t *p = &s->profile;
     size_t i;
@@ -335,8 +355,8 @@ collect_resolve_thread_names_unlocked(collect_session_t *s)
 }
 
 void
-collect_add_dropped_unlocked(collect_session_t *s, const char *what,
-                             uint64_t count, uint64_t periods)
+collect_add_dropped(collect_session_t *s, const char *what,
+                    uint64_t count, uint64_t periods)
 {
     if (count == 0) {
         return;
@@ -349,14 +369,16 @@ collect_add_dropped_unlocked(collect_session_t *s, const char *what,
     }
     profile_label_t none = {0, 0};
     int64_t values[2] = {(int64_t)count, (int64_t)(periods * s->period_ns)};
-    (void)profile_add(&s->profile, &loc, loc ? 1 : 0, 0, 0, none, values,
-                      NULL);
+    if (profile_add(&s->profile, &loc, loc ? 1 : 0, 0, 0, none, values, NULL)
+        < 0) {
+        s->lost += count;
+    }
 }
 
 /* Copies the registered label sets into the profile, in order, so that
  * label-set ids in samples are valid profile ids. */
 static int
-collect_copy_labelsets_unlocked(collect_session_t *s)
+collect_copy_labelsets(collect_session_t *s)
 {
     if (s->labelsets == NULL) {
         return 0;
@@ -390,10 +412,10 @@ collect_copy_labelsets_unlocked(collect_session_t *s)
 }
 
 int
-collect_encode_unlocked(collect_session_t *s, const pprof_meta_t *meta,
-                        pb_buf_t *out)
+collect_encode(collect_session_t *s, const pprof_meta_t *meta,
+               pb_buf_t *out)
 {
-    if (collect_copy_labelsets_unlocked(s) < 0) {
+    if (collect_copy_labelsets(s) < 0) {
         return -1;
     }
     if (pprof_encode(&s->profile, meta, out) < 0) {

@@ -5,8 +5,10 @@
  * beside a heap profile); each is passed by pointer, and every live session
  * hears of each code object's death through one code watcher.
  *
- * All of it is protected by the GIL. Both the CPU collector thread and the
- * wall sampler hold the GIL while they call in here. */
+ * All of it is protected by the GIL: every function here must be called
+ * with it held (the CPU collector thread and the wall sampler take it
+ * first), so none carries the _unlocked suffix, which in sampler.c means
+ * that the caller holds that file's registry lock. */
 #ifndef SAMPROF_COLLECT_H
 #define SAMPROF_COLLECT_H
 
@@ -35,9 +37,10 @@ struct collect_session {
     uint64_t period_ns; /* nanoseconds per sampling period */
     uint32_t *stack;    /* scratch: one sample's location ids */
     ring_t *ring;       /* drained on code death, or NULL */
-    int draining;       /* re-entrancy guard of collect_drain_unlocked */
+    int draining;       /* re-entrancy guard of collect_drain */
     uint64_t truncated;      /* samples cut at max_depth */
     uint64_t unknown_frames; /* frames that could not be symbolized */
+    uint64_t lost; /* samples the profile could not store (out of memory) */
     PyObject *labelsets;     /* registered label sets (borrowed) */
     int wall_mode; /* ring samples are a wall profile's on-CPU part */
     uint32_t k_thread_state;  /* string id of the label key "thread_state" */
@@ -58,20 +61,20 @@ void collect_free(collect_session_t *s);
 
 /* Turns captured frames (leaf first) and RING_* flags into location ids in
  * out, which has room for max_depth + 8 ids. Returns how many. GIL. */
-uint32_t collect_stack_unlocked(collect_session_t *s,
-                                const ring_frame_t *frames, uint16_t depth,
-                                uint16_t flags, uint32_t *out);
+uint32_t collect_stack(collect_session_t *s,
+                       const ring_frame_t *frames, uint16_t depth,
+                       uint16_t flags, uint32_t *out);
 /* Adds count samples worth value nanoseconds; labels ids that are not
  * registered are dropped; state, if not 0, is the string id of the
  * sample's thread_state label (collect_state_string). GIL. */
-void collect_add_unlocked(collect_session_t *s, const uint32_t *stack,
-                          uint32_t n, int32_t tid, uint32_t labels,
-                          uint32_t state, int64_t count, int64_t value);
+void collect_add(collect_session_t *s, const uint32_t *stack,
+                 uint32_t n, int32_t tid, uint32_t labels,
+                 uint32_t state, int64_t count, int64_t value);
 /* Moves published samples from ring into the session. With
  * wait_for_writers, also waits (bounded) for slots still being filled:
  * needed before a code object dies. GIL. */
-void collect_drain_unlocked(collect_session_t *s, ring_t *ring,
-                            int wait_for_writers);
+void collect_drain(collect_session_t *s, ring_t *ring,
+                   int wait_for_writers);
 /* Sets which ring a code object's death must drain (NULL: none). GIL. */
 void collect_set_ring(collect_session_t *s, ring_t *ring);
 /* In wall mode, ring samples are the on-CPU part of a wall profile: they
@@ -81,17 +84,22 @@ void collect_set_wall_mode(collect_session_t *s, int wall);
 
 /* Names threads seen in samples that have no name yet. May run Python
  * code. GIL. */
-void collect_resolve_thread_names_unlocked(collect_session_t *s);
+void collect_resolve_thread_names(collect_session_t *s);
 /* The string id of the thread_state label value. GIL. */
 uint32_t collect_state_string(collect_session_t *s, int on_cpu);
 /* Adds the pseudo-frame sample for dropped samples. GIL. */
-void collect_add_dropped_unlocked(collect_session_t *s, const char *what,
-                                  uint64_t count, uint64_t periods);
+void collect_add_dropped(collect_session_t *s, const char *what,
+                         uint64_t count, uint64_t periods);
 /* Encodes the profile. Returns 0, or -1 with an exception set. GIL. */
-int collect_encode_unlocked(collect_session_t *s, const pprof_meta_t *meta,
-                            pb_buf_t *out);
+int collect_encode(collect_session_t *s, const pprof_meta_t *meta,
+                   pb_buf_t *out);
 
 uint64_t collect_truncated(const collect_session_t *s);
 uint64_t collect_unknown_frames(const collect_session_t *s);
+uint64_t collect_lost(const collect_session_t *s);
+
+/* threading._active (ident -> Thread) if threading is imported: a new
+ * reference, or NULL (no exception set). GIL; may run Python code. */
+PyObject *collect_threading_active(void);
 
 #endif

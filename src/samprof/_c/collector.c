@@ -71,8 +71,8 @@ collector_main(void *arg)
         sampler_scan_threads();
         if (ring_pending(sampler_ring()) != 0) {
             PyEval_RestoreThread(ts);
-            collect_drain_unlocked(K.session, sampler_ring(), 0);
-            collect_resolve_thread_names_unlocked(K.session);
+            collect_drain(K.session, sampler_ring(), 0);
+            collect_resolve_thread_names(K.session);
             ts = PyEval_SaveThread();
         }
         pthread_mutex_lock(&K.wake_lock);

@@ -4,6 +4,7 @@
  * empty slot. Deleted slots are tombstones until the next resize. */
 #include "htab.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,9 @@ static htab_entry_t *
 htab_find(const htab_t *t, uint64_t h, const void *key, size_t len,
           htab_entry_t **tomb)
 {
+    /* A power of two, and never full: the probe below ends. */
+    assert(t->capacity != 0 && (t->capacity & (t->capacity - 1)) == 0);
+    assert(t->filled < t->capacity);
     size_t mask = t->capacity - 1;
     size_t i = (size_t)h & mask;
     if (tomb != NULL) {
@@ -166,6 +170,8 @@ htab_put(htab_t *t, const void *key, size_t len, uint64_t value)
     e->value = value;
     t->used++;
     t->key_bytes += len;
+    /* The load (tombstones included) stays below 3/4 of the capacity. */
+    assert(t->used <= t->filled && t->filled * 4 < t->capacity * 3);
     return 0;
 }
 

@@ -29,6 +29,11 @@
 #include "tctx.h"
 #include "wall.h"
 
+/* Limits of start()'s arguments, exported to Python (MAX_HZ, MAX_DEPTH)
+ * so that samprof's classes check the same ones. */
+#define MODULE_MAX_HZ 100000
+#define MODULE_MAX_DEPTH 4096
+
 typedef enum { MODULE_CPU, MODULE_WALL } module_mode_t;
 
 typedef struct {
@@ -138,12 +143,14 @@ module_start(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "unknown mode %s", mode);
         return NULL;
     }
-    if (hz < 1 || hz > 100000) {
-        PyErr_Format(PyExc_ValueError, "hz must be in 1..100000, got %d", hz);
+    if (hz < 1 || hz > MODULE_MAX_HZ) {
+        PyErr_Format(PyExc_ValueError, "hz must be in 1..%d, got %d",
+                     MODULE_MAX_HZ, hz);
         return NULL;
     }
-    if (max_depth < 1 || max_depth > 4096) {
-        PyErr_Format(PyExc_ValueError, "max_depth must be in 1..4096");
+    if (max_depth < 1 || max_depth > MODULE_MAX_DEPTH) {
+        PyErr_Format(PyExc_ValueError, "max_depth must be in 1..%d",
+                     MODULE_MAX_DEPTH);
         return NULL;
     }
     sampler_engine_t eng;
@@ -247,6 +254,7 @@ module_common_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
         }
     }
     st->stack_table_full = p->overflowed;
+    st->out_of_memory = collect_lost(&M.session);
     st->unknown_frames = collect_unknown_frames(&M.session);
     st->truncated = collect_truncated(&M.session);
     st->duration_ns = duration_ns;
@@ -328,7 +336,7 @@ module_encode_result(const stats_t *st)
     pb_buf_t buf;
     pb_init(&buf);
     PyObject *result = NULL;
-    if (collect_encode_unlocked(&M.session, &meta, &buf) == 0) {
+    if (collect_encode(&M.session, &meta, &buf) == 0) {
         PyObject *bytes = PyBytes_FromStringAndSize((const char *)buf.data,
                                                     (Py_ssize_t)buf.len);
         PyObject *dict = bytes != NULL ? stats_to_dict(st) : NULL;
@@ -363,19 +371,19 @@ module_stop(PyObject *self, PyObject *noargs)
     duration = clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
     cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
     if (M.sampling) {
-        collect_drain_unlocked(&M.session, sampler_ring(), 1);
+        collect_drain(&M.session, sampler_ring(), 1);
         collect_set_ring(&M.session, NULL);
         const sampler_counters_t *c = sampler_counters();
-        collect_add_dropped_unlocked(
+        collect_add_dropped(
             &M.session, "<samprof: dropped, buffer full>",
             atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]),
             atomic_load(&c->dropped_periods[SAMPLER_DROP_RING_FULL]));
-        collect_add_dropped_unlocked(
+        collect_add_dropped(
             &M.session, "<samprof: dropped, torn stack>",
             atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
             atomic_load(&c->dropped_periods[SAMPLER_DROP_TORN]));
     }
-    collect_resolve_thread_names_unlocked(&M.session);
+    collect_resolve_thread_names(&M.session);
     stats_t st = {0};
     if (M.mode == MODULE_WALL) {
         module_wall_stats(&st, duration, cpu);
@@ -644,7 +652,9 @@ PyInit__samprof(void)
         Py_DECREF(sampler_error);
         goto error;
     }
-    if (PyModule_AddIntConstant(m, "MAX_SAMPLES", COLLECT_MAX_SAMPLES) < 0) {
+    if (PyModule_AddIntConstant(m, "MAX_SAMPLES", COLLECT_MAX_SAMPLES) < 0
+        || PyModule_AddIntConstant(m, "MAX_HZ", MODULE_MAX_HZ) < 0
+        || PyModule_AddIntConstant(m, "MAX_DEPTH", MODULE_MAX_DEPTH) < 0) {
         goto error;
     }
     PyObject *labels_type = labels_init_type();

@@ -4,6 +4,7 @@
  * bytes to its id, so ids stay stable for the pprof encoder. */
 #include "profile.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,6 +178,7 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
             size_t *index)
 {
     uint32_t overflow_stack[1];
+    assert(p->n_values >= 1 && p->n_values <= PROFILE_MAX_VALUES);
     if (depth > PROFILE_MAX_KEY_DEPTH) {
         depth = PROFILE_MAX_KEY_DEPTH;
     }
@@ -208,7 +210,9 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
             overflow_stack[0] =
                 profile_pseudo(p, "<samprof: stack table full>");
             stack = overflow_stack;
-            depth = 1;
+            /* Out of memory for the pseudo-frame: an empty stack, never a
+             * location id 0. */
+            depth = overflow_stack[0] != 0 ? 1 : 0;
             p->overflowed += (uint64_t)values[0];
             continue;
         }
@@ -221,6 +225,10 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
         idx = p->n_samples;
         if (htab_put(&p->samples_index, keybuf, keylen, idx) < 0) {
             return -1;
+        }
+        /* Location ids are 1-based and refer to existing locations. */
+        for (uint32_t i = 0; i < depth; i++) {
+            assert(stack[i] >= 1 && stack[i] <= p->n_locations);
         }
         profile_sample_t *s = &p->samples[p->n_samples++];
         memset(s, 0, sizeof(*s));

@@ -7,6 +7,7 @@
  * handlers, including two handlers on two threads at once. */
 #include "ring.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,10 @@ ring_peek(ring_t *r)
 void
 ring_release(ring_t *r, ring_slot_t *slot)
 {
+    /* Slots are consumed in order, each once its producer published it. */
+    assert(slot == ring_at(r, r->tail));
+    assert(atomic_load_explicit(&slot->seq, memory_order_relaxed)
+           == r->tail + 1);
     atomic_store_explicit(&slot->seq, r->tail + r->mask + 1,
                           memory_order_release);
     r->tail++;

@@ -11,11 +11,12 @@ stats_to_dict(const stats_t *st)
      * PyDict_SetItemString would intern them for the life of the process
      * (which memcheck counts as lost). */
     PyObject *dropped = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K}", "buffer_full",
+        "{s:K,s:K,s:K,s:K,s:K}", "buffer_full",
         (unsigned long long)st->buffer_full, "torn",
         (unsigned long long)st->torn, "stack_table_full",
         (unsigned long long)st->stack_table_full, "unknown_frames",
-        (unsigned long long)st->unknown_frames);
+        (unsigned long long)st->unknown_frames, "out_of_memory",
+        (unsigned long long)st->out_of_memory);
     if (dropped == NULL) {
         return NULL;
     }
@@ -62,12 +63,13 @@ stats_comments(const stats_t *st, char c[3][STATS_COMMENT_SIZE])
              st->effective_hz);
     snprintf(c[1], STATS_COMMENT_SIZE,
              "samprof dropped: {'buffer_full': %llu, 'torn': %llu, "
-             "'stack_table_full': %llu, 'unknown_frames': %llu} "
-             "truncated=%llu",
+             "'stack_table_full': %llu, 'unknown_frames': %llu, "
+             "'out_of_memory': %llu} truncated=%llu",
              (unsigned long long)st->buffer_full,
              (unsigned long long)st->torn,
              (unsigned long long)st->stack_table_full,
              (unsigned long long)st->unknown_frames,
+             (unsigned long long)st->out_of_memory,
              (unsigned long long)st->truncated);
     if (st->cpu) {
         snprintf(c[2], STATS_COMMENT_SIZE,

@@ -25,6 +25,7 @@ typedef struct {
     uint64_t torn;
     uint64_t stack_table_full;
     uint64_t unknown_frames;
+    uint64_t out_of_memory; /* samples the profile could not store */
     uint64_t truncated;
     int64_t duration_ns;
     int64_t cpu_ns; /* process CPU time during the profile */

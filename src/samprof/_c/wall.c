@@ -108,15 +108,10 @@ static int32_t
 wall_identify(unsigned long ident, int32_t tid, int *named)
 {
     PyObject *name = NULL;
-    PyObject *modname = PyUnicode_FromString("threading");
-    PyObject *threading = modname ? PyImport_GetModule(modname) : NULL;
-    Py_XDECREF(modname);
-    if (threading != NULL) {
-        PyObject *active = PyObject_GetAttrString(threading, "_active");
+    PyObject *active = collect_threading_active();
+    if (active != NULL) {
         PyObject *key = PyLong_FromUnsignedLong(ident);
-        PyObject *t = active && key && PyDict_Check(active)
-                          ? PyDict_GetItem(active, key)
-                          : NULL;
+        PyObject *t = key ? PyDict_GetItem(active, key) : NULL;
         if (t != NULL) {
             Py_INCREF(t);
             PyObject *nid = PyObject_GetAttrString(t, "native_id");
@@ -128,8 +123,7 @@ wall_identify(unsigned long ident, int32_t tid, int *named)
             Py_DECREF(t);
         }
         Py_XDECREF(key);
-        Py_XDECREF(active);
-        Py_DECREF(threading);
+        Py_DECREF(active);
     }
     PyErr_Clear();
     Py_ssize_t len;
@@ -287,10 +281,10 @@ wall_gc_add(wall_thread_t *th, PyThreadState *ts, int64_t spent, int on_cpu)
     }
     th->gc_ns += spent;
     int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
-    collect_add_unlocked(W.session, W.gc_stack, W.gc_depth, th->tid,
-                         wall_thread_labels(ts),
-                         collect_state_string(W.session, on_cpu),
-                         count, spent);
+    collect_add(W.session, W.gc_stack, W.gc_depth, th->tid,
+                wall_thread_labels(ts),
+                collect_state_string(W.session, on_cpu),
+                count, spent);
     W.stats.gc_samples += (uint64_t)count;
 }
 
@@ -308,7 +302,7 @@ wall_gc_charge(wall_thread_t *th, PyThreadState *ts)
 
 /* One tick: a sample for every Python thread but ours. GIL. */
 static void
-wall_tick_unlocked(uint64_t ticks)
+wall_tick(uint64_t ticks)
 {
     W.generation++;
     W.stats.ticks += ticks;
@@ -337,9 +331,9 @@ wall_tick_unlocked(uint64_t ticks)
             if (flags & RING_TORN) {
                 continue; /* never seen under the GIL; kept as a guard */
             }
-            th->depth = collect_stack_unlocked(W.session, W.frames,
-                                               (uint16_t)depth,
-                                               flags, th->stack);
+            th->depth = collect_stack(W.session, W.frames,
+                                      (uint16_t)depth,
+                                      flags, th->stack);
             th->walked_cpu = cpu;
             W.stats.walks++;
         }
@@ -371,10 +365,10 @@ wall_tick_unlocked(uint64_t ticks)
             int64_t count = th->count_carry / (int64_t)W.period_ns;
             th->count_carry -= count * (int64_t)W.period_ns;
             on_cpu = 0;
-            collect_add_unlocked(W.session, th->stack, th->depth, th->tid,
-                                 wall_thread_labels(ts),
-                                 collect_state_string(W.session, 0), count,
-                                 value);
+            collect_add(W.session, th->stack, th->depth, th->tid,
+                        wall_thread_labels(ts),
+                        collect_state_string(W.session, 0), count,
+                        value);
             W.stats.samples++;
             continue;
         }
@@ -392,10 +386,10 @@ wall_tick_unlocked(uint64_t ticks)
         th->gc_ns = 0;
         /* count is the periods the sample stands for: ticks delayed by a
          * GIL holder are accounted, not lost. */
-        collect_add_unlocked(W.session, th->stack, th->depth, th->tid,
-                             wall_thread_labels(ts),
-                             collect_state_string(W.session, on_cpu),
-                             (int64_t)((uint64_t)value / W.period_ns), value);
+        collect_add(W.session, th->stack, th->depth, th->tid,
+                    wall_thread_labels(ts),
+                    collect_state_string(W.session, on_cpu),
+                    (int64_t)((uint64_t)value / W.period_ns), value);
         W.stats.samples++;
     }
     wall_forget_unseen();
@@ -467,7 +461,7 @@ wall_main(void *arg)
         }
         ticks += atomic_exchange(&W.skipped_ticks, 0);
         if (!wall_should_stop()) {
-            wall_tick_unlocked(ticks);
+            wall_tick(ticks);
         }
         ts = PyEval_SaveThread();
     }
@@ -576,8 +570,8 @@ wall_gc_begin(void)
         return;
     }
     W.gc_depth =
-        collect_stack_unlocked(W.session, W.frames, (uint16_t)depth, flags,
-                               W.gc_stack);
+        collect_stack(W.session, W.frames, (uint16_t)depth, flags,
+                      W.gc_stack);
     W.gc_ts = ts;
     W.gc_charged_ns = clock_ns(CLOCK_MONOTONIC);
     W.gc_start_wall = W.gc_charged_ns;
