@@ -7,39 +7,19 @@ Under the sanitizer run the driver is built with ASan+UBSan."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
-from support import NATIVE, SANITIZED, TESTS, pprof_proto
+from support import pprof_proto
+from support.native import build_driver, run_driver
 from support.profiles import go_pprof, parse_raw
 
 from samprof.pprof import Label, read
 
-CORE = os.path.join(os.path.dirname(TESTS), "src", "samprof", "_c")
-PURE_C = ["profile.c", "pprof.c", "pb.c", "htab.c"]
-
 
 def _build_and_run(tmp_path: Path) -> bytes:
-    binary = tmp_path / "profile_values"
-    flags = ["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=c11"]
-    if SANITIZED:
-        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-        flags += ["-fno-omit-frame-pointer"]
-    sources = [os.path.join(NATIVE, "profile_values.c")]
-    sources += [os.path.join(CORE, name) for name in PURE_C]
-    subprocess.run(
-        ["gcc", *flags, "-I", CORE, "-o", str(binary), *sources],
-        check=True,
-        timeout=120,
-    )
+    binary = build_driver("profile_values.c", ["profile.c", "pprof.c", "pb.c", "htab.c"], tmp_path)
     out = tmp_path / "heap.pb"
-    env = dict(os.environ)
-    # The driver links its own sanitizer runtime when it has one; the
-    # interpreter's preload is not for it.
-    env.pop("LD_PRELOAD", None)
-    r = subprocess.run([str(binary), str(out)], capture_output=True, text=True, timeout=60, env=env)
-    assert r.returncode == 0, f"profile_values failed ({r.returncode}):\n{r.stderr}"
-    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+    run_driver(binary, [str(out)], dict(os.environ))
     return out.read_bytes()
 
 

@@ -1,4 +1,5 @@
-"""Native code for the tests: tests/native/*.c compiled once per process,
+"""Native code for the tests: tests/native/*.c compiled once per process
+into libraries, or with files of samprof's C core into driver programs;
 and what the machine allows."""
 
 from __future__ import annotations
@@ -8,9 +9,13 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Dict
+from pathlib import Path
+from typing import Dict, List, Sequence
 
-from support import NATIVE
+from support import NATIVE, SANITIZED, TESTS
+
+# samprof's C sources, which the drivers link directly.
+CORE = os.path.join(os.path.dirname(TESTS), "src", "samprof", "_c")
 
 _native_cache: Dict[str, str] = {}
 
@@ -41,6 +46,35 @@ def native_library(source: str = "reliability.c") -> ctypes.CDLL:
         )
         _native_cache[source] = path
     return ctypes.CDLL(path)
+
+
+def build_driver(
+    source: str, core_files: Sequence[str], out_dir: Path, extra: Sequence[str] = ()
+) -> Path:
+    """tests/native/SOURCE linked with these files of src/samprof/_c into a
+    program in out_dir, warnings as errors; with ASan+UBSan in the
+    sanitizer run. extra: more compiler and linker arguments."""
+    binary = out_dir / os.path.splitext(source)[0]
+    flags = ["-O1", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror", f"-I{CORE}"]
+    if SANITIZED:
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+        flags += ["-fno-omit-frame-pointer"]
+    sources = [os.path.join(NATIVE, source)] + [os.path.join(CORE, f) for f in core_files]
+    subprocess.run(["gcc", *flags, "-o", str(binary), *sources, *extra], check=True, timeout=180)
+    return binary
+
+
+def run_driver(binary: Path, args: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess:
+    """Runs a driver from build_driver; fails the test (with its output)
+    unless it exits 0 without a sanitizer report. The driver links its own
+    sanitizer runtime when it has one: the interpreter's LD_PRELOAD is
+    taken out of env."""
+    env = dict(env)
+    env.pop("LD_PRELOAD", None)
+    r = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, f"{binary.name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+    return r
 
 
 def perf_available() -> bool:

@@ -213,7 +213,6 @@ def prune(profile: Profile, drop: str, keep: Optional[str] = None) -> Profile:
         samples.append(Sample(ids, list(sample.values), list(sample.labels)))
     out = _with_samples(profile, samples)
     out.locations = locations
-    out.validate()
     return _drop_unused(out)
 
 

@@ -24,7 +24,7 @@ and written with :func:`samprof.pprof.write`::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 from typing import Mapping as Dictlike
 
 __all__ = [
@@ -186,13 +186,14 @@ class Profile:
     _functions_by_id: Dict[int, Function] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    # What add_sample has made: (name, filename) -> function id and
-    # (function id, line) -> location id.
-    _function_keys: Dict[Tuple[str, str], int] = field(
-        default_factory=dict, init=False, repr=False, compare=False
+    # add_sample's tables, made on its first call after the indexes were
+    # (None until then, so that reading a profile does not pay for them):
+    # (name, filename) -> function id, (function id, line) -> location id.
+    _function_keys: Optional[Dict[Tuple[str, str], int]] = field(
+        default=None, init=False, repr=False, compare=False
     )
-    _location_keys: Dict[Tuple[int, int], int] = field(
-        default_factory=dict, init=False, repr=False, compare=False
+    _location_keys: Optional[Dict[Tuple[int, int], int]] = field(
+        default=None, init=False, repr=False, compare=False
     )
     _next_function_id: int = field(default=1, init=False, repr=False, compare=False)
     _next_location_id: int = field(default=1, init=False, repr=False, compare=False)
@@ -240,6 +241,8 @@ class Profile:
         if stale_functions or len(self._locations_by_id) != len(self.locations):
             # The lists were edited by hand since the indexes were made.
             self._index()
+        if self._function_keys is None:
+            self._make_add_sample_keys()
         made_labels = _labels_from(labels)
         location_ids = [self._location_for(Frame(*frame)) for frame in stack]
         sample = Sample(location_ids, [int(v) for v in values], made_labels)
@@ -247,6 +250,7 @@ class Profile:
         return sample
 
     def _location_for(self, frame: Frame) -> int:
+        assert self._function_keys is not None and self._location_keys is not None
         function_key = (frame.function, frame.filename)
         function_id = self._function_keys.get(function_key)
         if function_id is None:
@@ -381,10 +385,13 @@ class Profile:
         self._mappings_by_id = {m.id: m for m in self.mappings}
         self._locations_by_id = {loc.id: loc for loc in self.locations}
         self._functions_by_id = {f.id: f for f in self.functions}
+        self._function_keys = self._location_keys = None
+
+    def _make_add_sample_keys(self) -> None:
+        """add_sample's tables, from the functions and locations there are
+        (the first of several equal keys wins), and the next free ids."""
         self._next_function_id = max(self._functions_by_id, default=0) + 1
         self._next_location_id = max(self._locations_by_id, default=0) + 1
-        # add_sample's keys, for what it made and what was there before.
-        # The first of several equal keys wins.
         self._function_keys = {}
         for f in self.functions:
             self._function_keys.setdefault((f.name, f.filename), f.id)
