@@ -239,10 +239,12 @@ format: ## Rewrite Python (ruff format) and C (clang-format) in place.
 	fi
 
 .PHONY: deps
-deps: ## Install missing system tools (Go for `go tool pprof`, valgrind) with apt.
+deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format) with apt.
 	@missing=; \
 	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	command -v $(CLANG_FORMAT) >/dev/null 2>&1 \
+	    || missing="$$missing clang-format"; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null \
 	    || missing="$$missing python3-venv"; \
 	$(PYTHON) -c 'import os, sysconfig; \

@@ -110,6 +110,14 @@ class ProfileStats:
         )
 
 
+def _remove_gc_callback() -> None:
+    """Stop telling the core where collections start and end."""
+    try:
+        gc.callbacks.remove(_core.gc_callback)
+    except ValueError:
+        pass
+
+
 def _check_hz(hz: object) -> int:
     if isinstance(hz, bool) or not isinstance(hz, numbers.Real):
         raise TypeError(f"hz must be a number of samples per second, not {type(hz).__name__}")
@@ -185,10 +193,7 @@ class _Profiler:
                 raise ProfilerError("stop() called on a profiler that is not running")
             self._running = False
             _active = None
-            try:
-                gc.callbacks.remove(_core.gc_callback)
-            except ValueError:
-                pass
+            _remove_gc_callback()
             raw, stats = _core.stop()
         self.stats = ProfileStats._from_core(stats)
         self.result = gzip.compress(raw, compresslevel=6, mtime=0)
@@ -249,10 +254,7 @@ def _after_fork_in_child() -> None:
     if _active is not None:
         _active._running = False
         _active = None
-    try:
-        gc.callbacks.remove(_core.gc_callback)
-    except ValueError:
-        pass
+    _remove_gc_callback()
     _core._after_fork_child()
 
 

@@ -111,8 +111,8 @@ collect_unknown_frames(const collect_session_t *s)
 }
 
 uint32_t
-collect_stack(collect_session_t *s, const ring_frame_t *frames,
-              uint16_t depth, uint16_t flags, uint32_t *out)
+collect_stack(collect_session_t *s, const ring_frame_t *frames, uint16_t depth,
+              uint16_t flags, uint32_t *out)
 {
     profile_t *p = &s->profile;
     uint32_t n = 0;
@@ -157,8 +157,8 @@ collect_stack(collect_session_t *s, const ring_frame_t *frames,
 
 void
 collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
-            int32_t tid, uint32_t labels, uint32_t state,
-            int64_t count, int64_t value)
+            int32_t tid, uint32_t labels, uint32_t state, int64_t count,
+            int64_t value)
 {
     if (s->labelsets == NULL
         || labels > (uint32_t)PyList_GET_SIZE(s->labelsets)) {
@@ -186,8 +186,7 @@ collect_set_ring(collect_session_t *s, ring_t *ring)
 }
 
 void
-collect_drain(collect_session_t *s, ring_t *r,
-              int wait_for_writers)
+collect_drain(collect_session_t *s, ring_t *r, int wait_for_writers)
 {
     if (!s->active || s->draining || r == NULL || r->slots == NULL) {
         return;
@@ -210,10 +209,9 @@ collect_drain(collect_session_t *s, ring_t *r,
         if (!skip) {
             uint32_t n = collect_stack(s, slot->frames, slot->depth,
                                        slot->flags, s->stack);
-            collect_add(
-                s, s->stack, n, slot->tid, slot->labels,
-                s->wall_mode ? collect_state_string(s, 1) : 0, 1,
-                (int64_t)slot->weight * (int64_t)s->period_ns);
+            collect_add(s, s->stack, n, slot->tid, slot->labels,
+                        s->wall_mode ? collect_state_string(s, 1) : 0, 1,
+                        (int64_t)slot->weight * (int64_t)s->period_ns);
         }
         ring_release(r, slot);
     }
@@ -355,8 +353,8 @@ collect_resolve_thread_names(collect_session_t *s)
 }
 
 void
-collect_add_dropped(collect_session_t *s, const char *what,
-                    uint64_t count, uint64_t periods)
+collect_add_dropped(collect_session_t *s, const char *what, uint64_t count,
+                    uint64_t periods)
 {
     if (count == 0) {
         return;
@@ -412,8 +410,7 @@ collect_copy_labelsets(collect_session_t *s)
 }
 
 int
-collect_encode(collect_session_t *s, const pprof_meta_t *meta,
-               pb_buf_t *out)
+collect_encode(collect_session_t *s, const pprof_meta_t *meta, pb_buf_t *out)
 {
     if (collect_copy_labelsets(s) < 0) {
         return -1;

@@ -34,17 +34,17 @@ struct collect_session {
     profile_t profile; /* the profile being built */
     symbols_t symbols; /* code objects -> the profile's locations */
     uint32_t max_depth;
-    uint64_t period_ns; /* nanoseconds per sampling period */
-    uint32_t *stack;    /* scratch: one sample's location ids */
-    ring_t *ring;       /* drained on code death, or NULL */
-    int draining;       /* re-entrancy guard of collect_drain */
+    uint64_t period_ns;      /* nanoseconds per sampling period */
+    uint32_t *stack;         /* scratch: one sample's location ids */
+    ring_t *ring;            /* drained on code death, or NULL */
+    int draining;            /* re-entrancy guard of collect_drain */
     uint64_t truncated;      /* samples cut at max_depth */
     uint64_t unknown_frames; /* frames that could not be symbolized */
     uint64_t lost; /* samples the profile could not store (out of memory) */
-    PyObject *labelsets;     /* registered label sets (borrowed) */
-    int wall_mode; /* ring samples are a wall profile's on-CPU part */
-    uint32_t k_thread_state;  /* string id of the label key "thread_state" */
-    collect_session_t *next;  /* the next live session */
+    PyObject *labelsets; /* registered label sets (borrowed) */
+    int wall_mode;       /* ring samples are a wall profile's on-CPU part */
+    uint32_t k_thread_state; /* string id of the label key "thread_state" */
+    collect_session_t *next; /* the next live session */
 };
 
 /* Prepares s as an empty CPU or wall profile session and makes it live.
@@ -61,20 +61,18 @@ void collect_free(collect_session_t *s);
 
 /* Turns captured frames (leaf first) and RING_* flags into location ids in
  * out, which has room for max_depth + 8 ids. Returns how many. GIL. */
-uint32_t collect_stack(collect_session_t *s,
-                       const ring_frame_t *frames, uint16_t depth,
-                       uint16_t flags, uint32_t *out);
+uint32_t collect_stack(collect_session_t *s, const ring_frame_t *frames,
+                       uint16_t depth, uint16_t flags, uint32_t *out);
 /* Adds count samples worth value nanoseconds; labels ids that are not
  * registered are dropped; state, if not 0, is the string id of the
  * sample's thread_state label (collect_state_string). GIL. */
-void collect_add(collect_session_t *s, const uint32_t *stack,
-                 uint32_t n, int32_t tid, uint32_t labels,
-                 uint32_t state, int64_t count, int64_t value);
+void collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
+                 int32_t tid, uint32_t labels, uint32_t state, int64_t count,
+                 int64_t value);
 /* Moves published samples from ring into the session. With
  * wait_for_writers, also waits (bounded) for slots still being filled:
  * needed before a code object dies. GIL. */
-void collect_drain(collect_session_t *s, ring_t *ring,
-                   int wait_for_writers);
+void collect_drain(collect_session_t *s, ring_t *ring, int wait_for_writers);
 /* Sets which ring a code object's death must drain (NULL: none). GIL. */
 void collect_set_ring(collect_session_t *s, ring_t *ring);
 /* In wall mode, ring samples are the on-CPU part of a wall profile: they

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ring.h"
 #include "sampler.h"
 #include "tctx.h"
@@ -56,13 +57,8 @@ collector_main(void *arg)
     PyThreadState *ts = PyEval_SaveThread();
     pthread_mutex_lock(&K.wake_lock);
     while (!K.stop) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_nsec += K.interval_ns;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
+        struct timespec deadline =
+            clock_timespec(clock_ns(CLOCK_REALTIME) + K.interval_ns);
         pthread_cond_timedwait(&K.wake_cond, &K.wake_lock, &deadline);
         if (K.stop) {
             break;
@@ -112,16 +108,12 @@ collector_stop(void)
     pthread_cond_signal(&K.wake_cond);
     pthread_mutex_unlock(&K.wake_lock);
     /* The collector needs the GIL to finish its drain. */
-    Py_BEGIN_ALLOW_THREADS pthread_join(K.thread, NULL);
-    Py_END_ALLOW_THREADS K.started = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(K.thread, NULL);
+    Py_END_ALLOW_THREADS
+    K.started = 0;
     pthread_cond_destroy(&K.wake_cond);
     K.session = NULL;
-}
-
-int
-collector_running(void)
-{
-    return K.started;
 }
 
 pthread_t

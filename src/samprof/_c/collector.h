@@ -27,9 +27,7 @@ int collector_start(collect_session_t *session, int signum, long interval_ns);
  * round). Nothing if it is not running. Caller holds the GIL. */
 void collector_stop(void);
 
-/* The thread's id while it runs (the wall sampler leaves it out), and
- * whether it runs. */
-int collector_running(void);
+/* The thread's id while it runs (the wall sampler leaves it out). */
 pthread_t collector_thread(void);
 
 /* In a forked child, where the thread does not exist: forgets it, and

@@ -14,7 +14,8 @@
 #define LABELS_INLINE_DEPTH 4
 
 typedef struct {
-    PyObject_HEAD PyObject *pairs; /* tuple of (key, value) in call order */
+    PyObject_HEAD
+    PyObject *pairs; /* tuple of (key, value) in call order */
     uint32_t saved[LABELS_INLINE_DEPTH]; /* outer ids, innermost last */
     int depth;                           /* entries currently active */
     PyObject *overflow;  /* list of outer ids beyond LABELS_INLINE_DEPTH */

@@ -37,13 +37,13 @@
 typedef enum { MODULE_CPU, MODULE_WALL } module_mode_t;
 
 typedef struct {
-    int running;              /* between start and stop. GIL */
-    module_mode_t mode;       /* GIL */
-    int hz;                   /* GIL */
-    int sampling;             /* the signal sampler runs (CPU mode, and wall
-                                 mode's on-CPU part where perf exists), and
-                                 with it the collector thread */
-    sampler_config_t cfg;     /* GIL */
+    int running;          /* between start and stop. GIL */
+    module_mode_t mode;   /* GIL */
+    int hz;               /* GIL */
+    int sampling;         /* the signal sampler runs (CPU mode, and wall
+                             mode's on-CPU part where perf exists), and
+                             with it the collector thread */
+    sampler_config_t cfg; /* GIL */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
     int64_t start_cpu_ns; /* process CPU time at start */
@@ -108,29 +108,24 @@ module_parse_engine(const char *engine, sampler_engine_t *out)
     return -1;
 }
 
-static PyObject *
-module_start(PyObject *self, PyObject *args)
+/* Checks start()'s arguments and fills M's configuration from them; the
+ * arguments the session takes come back through the pointers. 0, or -1
+ * with an exception set. */
+static int
+module_configure(PyObject *args, PyObject **hidden_file,
+                 Py_ssize_t *max_samples)
 {
-    (void)self;
     const char *mode, *engine;
     int hz, signum, max_depth;
-    PyObject *hidden_file;
-    Py_ssize_t max_samples = COLLECT_MAX_SAMPLES;
+    *max_samples = COLLECT_MAX_SAMPLES;
     if (!PyArg_ParseTuple(args, "sisiiO!|n:start", &mode, &hz, &engine,
-                          &signum, &max_depth, &PyTuple_Type, &hidden_file,
-                          &max_samples)) {
-        return NULL;
+                          &signum, &max_depth, &PyTuple_Type, hidden_file,
+                          max_samples)) {
+        return -1;
     }
-    if (max_samples < 1) {
+    if (*max_samples < 1) {
         PyErr_SetString(PyExc_ValueError, "max_stacks must be >= 1");
-        return NULL;
-    }
-    if (M.running) {
-        PyErr_Format(sampler_error,
-                     "a %s profile is already running in this process; "
-                     "stop it first",
-                     M.mode == MODULE_CPU ? "CPU" : "wall");
-        return NULL;
+        return -1;
     }
     module_mode_t m;
     if (strcmp(mode, "cpu") == 0) {
@@ -141,95 +136,112 @@ module_start(PyObject *self, PyObject *args)
     }
     else {
         PyErr_Format(PyExc_ValueError, "unknown mode %s", mode);
-        return NULL;
+        return -1;
     }
     if (hz < 1 || hz > MODULE_MAX_HZ) {
         PyErr_Format(PyExc_ValueError, "hz must be in 1..%d, got %d",
                      MODULE_MAX_HZ, hz);
-        return NULL;
+        return -1;
     }
     if (max_depth < 1 || max_depth > MODULE_MAX_DEPTH) {
         PyErr_Format(PyExc_ValueError, "max_depth must be in 1..%d",
                      MODULE_MAX_DEPTH);
-        return NULL;
+        return -1;
     }
     sampler_engine_t eng;
     if (module_parse_engine(engine, &eng) < 0) {
-        return NULL;
+        return -1;
     }
 
     memset(&M.cfg, 0, sizeof(M.cfg));
     M.cfg.engine = eng;
     M.cfg.signum = signum;
-    M.cfg.period_ns = 1000000000ULL / (uint64_t)hz;
+    M.cfg.period_ns = (uint64_t)CLOCK_NS_PER_S / (uint64_t)hz;
     M.cfg.max_depth = (uint32_t)max_depth;
     /* Room for ~100 ms of samples from 2 busy CPUs, at least 256 slots,
      * so a collector delayed by a long GIL hold loses nothing. */
     size_t slots = (size_t)hz / 5;
     M.cfg.ring_slots = slots < 256 ? 256 : slots > 8192 ? 8192 : slots;
-    M.mode = m;
-    M.hz = hz;
-
-    if (collect_init(&M.session, (uint32_t)max_depth, M.cfg.period_ns,
-                     hidden_file, labels_registry(), (size_t)max_samples)
-        < 0) {
-        return NULL;
-    }
-    M.start_realtime_ns = clock_ns(CLOCK_REALTIME);
-    M.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
-    M.start_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-
-    int sampling = 1;
     if (m == MODULE_WALL) {
         /* On-CPU time comes from user-mode-only perf events where they are
          * available (exact, and they cannot interrupt a system call); the
          * wall thread records the rest. Without them it records all. */
         M.cfg.engine = SAMPLER_ENGINE_PERF;
         M.cfg.user_only = 1;
-        collect_set_wall_mode(&M.session, 1);
     }
+    M.mode = m;
+    M.hz = hz;
+    return 0;
+}
+
+static PyObject *
+module_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    if (M.running) {
+        PyErr_Format(sampler_error,
+                     "a %s profile is already running in this process; "
+                     "stop it first",
+                     M.mode == MODULE_CPU ? "CPU" : "wall");
+        return NULL;
+    }
+    PyObject *hidden_file; /* borrowed: the files samples leave out */
+    Py_ssize_t max_samples;
+    if (module_configure(args, &hidden_file, &max_samples) < 0) {
+        return NULL;
+    }
+    int wall = M.mode == MODULE_WALL;
+    if (collect_init(&M.session, M.cfg.max_depth, M.cfg.period_ns, hidden_file,
+                     labels_registry(), (size_t)max_samples)
+        < 0) {
+        return NULL;
+    }
+    M.start_realtime_ns = clock_ns(CLOCK_REALTIME);
+    M.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+    M.start_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    collect_set_wall_mode(&M.session, wall);
+
+    M.sampling = 1;
     if (sampler_start(&M.cfg) < 0) {
-        if (m == MODULE_CPU) {
-            collect_free(&M.session);
-            return NULL;
+        if (!wall) {
+            goto fail_session;
         }
-        PyErr_Clear();
-        sampling = 0;
+        PyErr_Clear(); /* wall mode records on-CPU time itself */
+        M.sampling = 0;
     }
-    M.sampling = sampling;
-    if (sampling) {
+    if (M.sampling) {
         collect_set_ring(&M.session, sampler_ring());
         if (collector_start(&M.session, M.cfg.signum,
-                            collector_interval_ns(M.cfg.ring_slots, hz))
+                            collector_interval_ns(M.cfg.ring_slots, M.hz))
             < 0) {
-            int err = errno;
-            sampler_stop();
-            collect_set_ring(&M.session, NULL);
-            sampler_release();
-            collect_set_wall_mode(&M.session, 0);
-            collect_free(&M.session);
-            errno = err;
-            return PyErr_SetFromErrno(PyExc_OSError);
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto fail_sampler;
         }
     }
-    if (m == MODULE_WALL) {
-        if (wall_start(&M.session, M.cfg.period_ns, (uint32_t)max_depth,
-                       labels_dict_key(), sampling,
-                       sampling ? (unsigned long)collector_thread() : 0)
-            < 0) {
-            if (sampling) {
-                collector_stop();
-                sampler_stop();
-                collect_set_ring(&M.session, NULL);
-                sampler_release();
-            }
-            collect_set_wall_mode(&M.session, 0);
-            collect_free(&M.session);
-            return NULL;
-        }
+    if (wall
+        && wall_start(&M.session, M.cfg.period_ns, M.cfg.max_depth,
+                      labels_dict_key(), M.sampling,
+                      M.sampling ? (unsigned long)collector_thread() : 0)
+               < 0) {
+        goto fail_collector;
     }
     M.running = 1;
     Py_RETURN_NONE;
+
+fail_collector:
+    if (M.sampling) {
+        collector_stop();
+    }
+fail_sampler:
+    if (M.sampling) {
+        sampler_stop();
+        collect_set_ring(&M.session, NULL);
+        sampler_release();
+    }
+fail_session:
+    collect_set_wall_mode(&M.session, 0);
+    collect_free(&M.session);
+    return NULL;
 }
 
 static const char *
@@ -491,7 +503,8 @@ module_arm_this_thread(PyObject *self, PyObject *noargs)
     (void)self;
     (void)noargs;
     if (M.running && M.sampling) {
-        Py_BEGIN_ALLOW_THREADS sampler_arm_this_thread();
+        Py_BEGIN_ALLOW_THREADS
+        sampler_arm_this_thread();
         Py_END_ALLOW_THREADS
     }
     Py_RETURN_NONE;
@@ -571,8 +584,7 @@ module_encode_synthetic(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    double seconds =
-        (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
+    double seconds = (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
     result = Py_BuildValue("(y#d)", (const char *)buf.data,
                            (Py_ssize_t)buf.len, seconds);
 done:

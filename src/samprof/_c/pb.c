@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
+
 #define PB_WIRE_VARINT 0
 #define PB_WIRE_BYTES 2
 #define PB_LEN_RESERVE 5 /* enough for lengths below 2^35 */
@@ -37,20 +39,10 @@ pb_reserve(pb_buf_t *b, size_t n)
     if (b->failed) {
         return -1;
     }
-    if (b->len + n <= b->cap) {
-        return 0;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + n) {
-        cap *= 2;
-    }
-    uint8_t *p = realloc(b->data, cap);
-    if (p == NULL) {
+    if (GROW(b->data, b->cap, b->len + n) < 0) {
         b->failed = 1;
         return -1;
     }
-    b->data = p;
-    b->cap = cap;
     return 0;
 }
 

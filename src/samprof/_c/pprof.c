@@ -11,17 +11,17 @@
 #include <string.h>
 
 /* message Profile */
-#define PPROF_PROFILE_SAMPLE_TYPE 1  /* repeated ValueType */
-#define PPROF_PROFILE_SAMPLE 2       /* repeated Sample */
-#define PPROF_PROFILE_MAPPING 3      /* repeated Mapping */
-#define PPROF_PROFILE_LOCATION 4     /* repeated Location */
-#define PPROF_PROFILE_FUNCTION 5     /* repeated Function */
-#define PPROF_PROFILE_STRING_TABLE 6 /* repeated string */
-#define PPROF_PROFILE_TIME_NANOS 9   /* int64 */
-#define PPROF_PROFILE_DURATION 10    /* int64 */
-#define PPROF_PROFILE_PERIOD_TYPE 11 /* ValueType */
-#define PPROF_PROFILE_PERIOD 12      /* int64 */
-#define PPROF_PROFILE_COMMENT 13     /* repeated int64 (string ids) */
+#define PPROF_PROFILE_SAMPLE_TYPE 1          /* repeated ValueType */
+#define PPROF_PROFILE_SAMPLE 2               /* repeated Sample */
+#define PPROF_PROFILE_MAPPING 3              /* repeated Mapping */
+#define PPROF_PROFILE_LOCATION 4             /* repeated Location */
+#define PPROF_PROFILE_FUNCTION 5             /* repeated Function */
+#define PPROF_PROFILE_STRING_TABLE 6         /* repeated string */
+#define PPROF_PROFILE_TIME_NANOS 9           /* int64 */
+#define PPROF_PROFILE_DURATION 10            /* int64 */
+#define PPROF_PROFILE_PERIOD_TYPE 11         /* ValueType */
+#define PPROF_PROFILE_PERIOD 12              /* int64 */
+#define PPROF_PROFILE_COMMENT 13             /* repeated int64 (string ids) */
 #define PPROF_PROFILE_DEFAULT_SAMPLE_TYPE 14 /* int64 (string id) */
 
 /* message ValueType */
@@ -118,6 +118,44 @@ pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
     pb_end(b, m);
 }
 
+/* The one mapping ("python", every location in it), the locations and
+ * the functions. */
+static void
+pprof_tables(pb_buf_t *b, const profile_t *p, uint32_t s_mapping)
+{
+    size_t m = pb_begin(b, PPROF_PROFILE_MAPPING);
+    pb_uint64(b, PPROF_MAPPING_ID, 1);
+    pb_int64_opt(b, PPROF_MAPPING_FILENAME, s_mapping);
+    pb_bool(b, PPROF_MAPPING_HAS_FUNCTIONS, 1);
+    pb_bool(b, PPROF_MAPPING_HAS_FILENAMES, 1);
+    pb_bool(b, PPROF_MAPPING_HAS_LINE_NUMBERS, 1);
+    pb_end(b, m);
+
+    for (size_t i = 0; i < p->n_locations; i++) {
+        const profile_location_t *l = &p->locations[i];
+        m = pb_begin(b, PPROF_PROFILE_LOCATION);
+        pb_uint64(b, PPROF_LOCATION_ID, i + 1);
+        pb_uint64(b, PPROF_LOCATION_MAPPING_ID, 1);
+        size_t lm = pb_begin(b, PPROF_LOCATION_LINE);
+        pb_uint64(b, PPROF_LINE_FUNCTION_ID, l->function);
+        pb_int64_opt(b, PPROF_LINE_LINE, l->line);
+        pb_end(b, lm);
+        pb_end(b, m);
+    }
+
+    for (size_t i = 0; i < p->n_functions; i++) {
+        const profile_function_t *f = &p->functions[i];
+        m = pb_begin(b, PPROF_PROFILE_FUNCTION);
+        pb_uint64(b, PPROF_FUNCTION_ID, i + 1);
+        pb_int64_opt(b, PPROF_FUNCTION_NAME, f->name);
+        /* No system_name: pprof would take a name equal to it for a
+         * demangled C++ name and strip "<...>" from "<module>". */
+        pb_int64_opt(b, PPROF_FUNCTION_FILENAME, f->filename);
+        pb_int64_opt(b, PPROF_FUNCTION_START_LINE, f->start_line);
+        pb_end(b, m);
+    }
+}
+
 int
 pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
 {
@@ -153,37 +191,7 @@ pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
     for (size_t i = 0; i < p->n_samples; i++) {
         pprof_sample(b, p, &p->samples[i], k_thread_name, k_thread_id);
     }
-    size_t m = pb_begin(b, PPROF_PROFILE_MAPPING);
-    pb_uint64(b, PPROF_MAPPING_ID, 1);
-    pb_int64_opt(b, PPROF_MAPPING_FILENAME, s_mapping);
-    pb_bool(b, PPROF_MAPPING_HAS_FUNCTIONS, 1);
-    pb_bool(b, PPROF_MAPPING_HAS_FILENAMES, 1);
-    pb_bool(b, PPROF_MAPPING_HAS_LINE_NUMBERS, 1);
-    pb_end(b, m);
-
-    for (size_t i = 0; i < p->n_locations; i++) {
-        const profile_location_t *l = &p->locations[i];
-        m = pb_begin(b, PPROF_PROFILE_LOCATION);
-        pb_uint64(b, PPROF_LOCATION_ID, i + 1);
-        pb_uint64(b, PPROF_LOCATION_MAPPING_ID, 1);
-        size_t lm = pb_begin(b, PPROF_LOCATION_LINE);
-        pb_uint64(b, PPROF_LINE_FUNCTION_ID, l->function);
-        pb_int64_opt(b, PPROF_LINE_LINE, l->line);
-        pb_end(b, lm);
-        pb_end(b, m);
-    }
-
-    for (size_t i = 0; i < p->n_functions; i++) {
-        const profile_function_t *f = &p->functions[i];
-        m = pb_begin(b, PPROF_PROFILE_FUNCTION);
-        pb_uint64(b, PPROF_FUNCTION_ID, i + 1);
-        pb_int64_opt(b, PPROF_FUNCTION_NAME, f->name);
-        /* No system_name: pprof would take a name equal to it for a
-         * demangled C++ name and strip "<...>" from "<module>". */
-        pb_int64_opt(b, PPROF_FUNCTION_FILENAME, f->filename);
-        pb_int64_opt(b, PPROF_FUNCTION_START_LINE, f->start_line);
-        pb_end(b, m);
-    }
+    pprof_tables(b, p, s_mapping);
 
     for (size_t i = 0; i < p->n_strings; i++) {
         pb_bytes(b, PPROF_PROFILE_STRING_TABLE, p->strings[i].bytes,

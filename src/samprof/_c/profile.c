@@ -4,32 +4,11 @@
  * bytes to its id, so ids stay stable for the pprof encoder. */
 #include "profile.h"
 
+#include "grow.h"
+
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Grows *arr (of elem-byte elements) so that it holds at least need. */
-static int
-profile_grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) {
-        return 0;
-    }
-    size_t n = *cap ? *cap * 2 : 64;
-    while (n < need) {
-        n *= 2;
-    }
-    void *p = realloc(*arr, n * elem);
-    if (p == NULL) {
-        return -1;
-    }
-    *arr = p;
-    *cap = n;
-    return 0;
-}
-
-#define PROFILE_GROW(arr, cap, need) \
-    profile_grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
 
 int
 profile_init(profile_t *p, size_t n_values, size_t max_samples)
@@ -49,7 +28,7 @@ profile_init(profile_t *p, size_t n_values, size_t max_samples)
         return -1;
     }
     /* String 0 is "" (pprof requires it); label set 0 is "no labels". */
-    if (PROFILE_GROW(p->strings, p->cap_strings, 1) < 0) {
+    if (GROW(p->strings, p->cap_strings, 1) < 0) {
         profile_free(p);
         return -1;
     }
@@ -92,7 +71,7 @@ profile_string(profile_t *p, const char *s, size_t len)
     if (htab_get(&p->strings_index, s, len, &id)) {
         return (uint32_t)id;
     }
-    if (PROFILE_GROW(p->strings, p->cap_strings, p->n_strings + 1) < 0) {
+    if (GROW(p->strings, p->cap_strings, p->n_strings + 1) < 0) {
         return 0;
     }
     char *copy = malloc(len);
@@ -120,7 +99,7 @@ profile_function(profile_t *p, uint32_t name, uint32_t filename,
     if (htab_get(&p->functions_index, &key, sizeof(key), &id)) {
         return (uint32_t)id;
     }
-    if (PROFILE_GROW(p->functions, p->cap_functions, p->n_functions + 1) < 0) {
+    if (GROW(p->functions, p->cap_functions, p->n_functions + 1) < 0) {
         return 0;
     }
     id = p->n_functions + 1;
@@ -142,7 +121,7 @@ profile_location(profile_t *p, uint32_t function, int64_t line)
     if (htab_get(&p->locations_index, &key, sizeof(key), &id)) {
         return (uint32_t)id;
     }
-    if (PROFILE_GROW(p->locations, p->cap_locations, p->n_locations + 1) < 0) {
+    if (GROW(p->locations, p->cap_locations, p->n_locations + 1) < 0) {
         return 0;
     }
     id = p->n_locations + 1;
@@ -184,8 +163,7 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
     }
     /* The key is built in a heap scratch buffer: this may run on a thread
      * with a small stack (a code-object death hook). */
-    if (PROFILE_GROW(p->keybuf, p->cap_keybuf,
-                     PROFILE_KEY_HEADER_IDS + (size_t)depth)
+    if (GROW(p->keybuf, p->cap_keybuf, PROFILE_KEY_HEADER_IDS + (size_t)depth)
         < 0) {
         return -1;
     }
@@ -216,9 +194,8 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
             p->overflowed += (uint64_t)values[0];
             continue;
         }
-        if (PROFILE_GROW(p->samples, p->cap_samples, p->n_samples + 1) < 0
-            || PROFILE_GROW(p->stack_ids, p->cap_stack_ids,
-                            p->n_stack_ids + depth)
+        if (GROW(p->samples, p->cap_samples, p->n_samples + 1) < 0
+            || GROW(p->stack_ids, p->cap_stack_ids, p->n_stack_ids + depth)
                    < 0) {
             return -1;
         }
@@ -266,7 +243,7 @@ profile_thread(profile_t *p, int32_t tid)
     if (htab_get(&p->threads_index, &tid, sizeof(tid), &idx)) {
         return &p->threads[idx];
     }
-    if (PROFILE_GROW(p->threads, p->cap_threads, p->n_threads + 1) < 0) {
+    if (GROW(p->threads, p->cap_threads, p->n_threads + 1) < 0) {
         return NULL;
     }
     idx = p->n_threads;
@@ -283,11 +260,10 @@ profile_thread(profile_t *p, int32_t tid)
 uint32_t
 profile_labelset(profile_t *p, const profile_label_t *pairs, size_t n)
 {
-    if (PROFILE_GROW(p->labelsets, p->cap_labelsets, p->n_labelsets + 1) < 0) {
+    if (GROW(p->labelsets, p->cap_labelsets, p->n_labelsets + 1) < 0) {
         return 0;
     }
-    if (PROFILE_GROW(p->label_pairs, p->cap_label_pairs, p->n_label_pairs + n)
-        < 0) {
+    if (GROW(p->label_pairs, p->cap_label_pairs, p->n_label_pairs + n) < 0) {
         return 0;
     }
     memcpy(p->label_pairs + p->n_label_pairs, pairs, n * sizeof(*pairs));

@@ -108,12 +108,6 @@ ring_release(ring_t *r, ring_slot_t *slot)
     r->tail++;
 }
 
-size_t
-ring_bytes(const ring_t *r)
-{
-    return (size_t)(r->mask + 1) * r->stride;
-}
-
 uint64_t
 ring_pending(ring_t *r)
 {

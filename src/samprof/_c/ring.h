@@ -68,7 +68,5 @@ ring_slot_t *ring_peek(ring_t *r);
 void ring_release(ring_t *r, ring_slot_t *slot);
 /* Published or in-progress slots not yet consumed. Consumer only. */
 uint64_t ring_pending(ring_t *r);
-/* Bytes of memory the ring holds. */
-size_t ring_bytes(const ring_t *r);
 
 #endif

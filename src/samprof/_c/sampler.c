@@ -29,6 +29,7 @@
 
 #include "clock.h"
 #include "frames.h"
+#include "grow.h"
 #include "tctx.h"
 
 #ifndef sigev_notify_thread_id
@@ -50,7 +51,7 @@
 #define SAMPLER_TLS __thread __attribute__((tls_model("initial-exec")))
 /* (The thread's id, labels, GC flag and samprof-thread flag are the
  * thread context every sampler shares: tctx.h.) */
-static SAMPLER_TLS int tls_perf_fd = -1;     /* perf fd whose period is set */
+static SAMPLER_TLS int tls_perf_fd = -1;      /* perf fd whose period is set */
 static SAMPLER_TLS uint64_t tls_perf_profile; /* ... in this profile */
 static SAMPLER_TLS int64_t
     tls_cpu_accounted; /* thread CPU ns sampled so far */
@@ -439,10 +440,8 @@ sampler_arm_timer(sampler_thread_t *th)
      * live shorter than a period are sampled in proportion. */
     uint64_t first = 1 + sampler_random() % S.cfg.period_ns;
     struct itimerspec its;
-    its.it_interval.tv_sec = (time_t)(S.cfg.period_ns / 1000000000ULL);
-    its.it_interval.tv_nsec = (long)(S.cfg.period_ns % 1000000000ULL);
-    its.it_value.tv_sec = (time_t)(first / 1000000000ULL);
-    its.it_value.tv_nsec = (long)(first % 1000000000ULL);
+    its.it_interval = clock_timespec((int64_t)S.cfg.period_ns);
+    its.it_value = clock_timespec((int64_t)first);
     if (syscall(SYS_timer_settime, timer_id, 0, &its, NULL) < 0) {
         int saved = errno;
         syscall(SYS_timer_delete, timer_id);
@@ -468,9 +467,9 @@ sampler_arm_itimer_unlocked(void)
         return;
     }
     struct itimerval it;
-    it.it_interval.tv_sec = (time_t)(S.itimer_interval_ns / 1000000000ULL);
-    it.it_interval.tv_usec =
-        (suseconds_t)(S.itimer_interval_ns % 1000000000ULL / 1000);
+    struct timespec ts = clock_timespec((int64_t)S.itimer_interval_ns);
+    it.it_interval.tv_sec = ts.tv_sec;
+    it.it_interval.tv_usec = (suseconds_t)(ts.tv_nsec / 1000);
     it.it_value = it.it_interval;
     if (setitimer(ITIMER_PROF, &it, NULL) == 0) {
         S.itimer_armed = 1;
@@ -541,14 +540,8 @@ sampler_register_unlocked(int32_t tid, uint64_t gen)
         S.threads[idx].seen = gen;
         return 0;
     }
-    if (S.n_threads == S.cap_threads) {
-        size_t cap = S.cap_threads ? S.cap_threads * 2 : 64;
-        sampler_thread_t *t = realloc(S.threads, cap * sizeof(*t));
-        if (t == NULL) {
-            return -1;
-        }
-        S.threads = t;
-        S.cap_threads = cap;
+    if (GROW(S.threads, S.cap_threads, S.n_threads + 1) < 0) {
+        return -1;
     }
     if (htab_put(&S.threads_index, &tid, sizeof(tid), S.n_threads) < 0) {
         return -1;
@@ -566,8 +559,7 @@ sampler_arm_this_thread(void)
     pthread_mutex_lock(&S.registry_lock);
     if (S.installed) {
         /* Seen in the current generation: the next scan keeps it. */
-        (void)sampler_register_unlocked(tctx_tid(),
-                                        S.generation);
+        (void)sampler_register_unlocked(tctx_tid(), S.generation);
     }
     pthread_mutex_unlock(&S.registry_lock);
 }
@@ -660,6 +652,76 @@ sampler_bind_handler_calls(void)
     (void)tctx_tid();
 }
 
+/* Whether signum may carry samples: one of the signals meant for it and
+ * without a handler of someone else's. Its current action comes back in
+ * old. 0, or -1 with an exception set. */
+static int
+sampler_check_signal(int signum, struct sigaction *old)
+{
+    if (!sampler_signal_allowed(signum)) {
+        PyErr_Format(PyExc_ValueError,
+                     "signal %d cannot be used for sampling; use SIGPROF, "
+                     "SIGVTALRM, SIGUSR1, SIGUSR2 or a real-time signal "
+                     "(SIGRTMIN..SIGRTMAX)",
+                     signum);
+        return -1;
+    }
+    if (sigaction(signum, NULL, old) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    int has_handler =
+        (old->sa_flags & SA_SIGINFO)
+            ? old->sa_sigaction != NULL
+            : (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN);
+    if (has_handler) {
+        PyErr_Format(sampler_error,
+                     "signal %d (%s) already has a handler installed by "
+                     "someone else; choose another signal with "
+                     "signal=signal.SIGRTMIN + N (or SIGUSR1/SIGUSR2), or "
+                     "--signal on the command line",
+                     signum, strsignal(signum));
+        return -1;
+    }
+    return 0;
+}
+
+/* A forced perf-event engine must exist: probes it on this thread. */
+static int
+sampler_probe_perf(uint64_t period_ns)
+{
+    int fd = sampler_open_perf(tctx_tid(), 1, period_ns);
+    if (fd < 0) {
+        PyErr_Format(sampler_error,
+                     "the perf-event engine is unavailable: "
+                     "perf_event_open failed (%s); check "
+                     "/proc/sys/kernel/perf_event_paranoid or use "
+                     "engine='timer'",
+                     strerror(errno));
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* The process-wide timer fires no faster than SAMPLER_ITIMER_MIN_NS: its
+ * interval is a whole number of periods, and each of its samples weighs
+ * that many. */
+static void
+sampler_setup_itimer(const sampler_config_t *cfg)
+{
+    uint64_t interval = cfg->period_ns;
+    if (interval < SAMPLER_ITIMER_MIN_NS) {
+        interval = SAMPLER_ITIMER_MIN_NS;
+    }
+    S.itimer_weight =
+        (uint32_t)((interval + cfg->period_ns / 2) / cfg->period_ns);
+    S.itimer_interval_ns = S.itimer_weight * cfg->period_ns;
+    S.itimer_armed = 0;
+    S.itimer_only = cfg->engine == SAMPLER_ENGINE_ITIMER;
+    atomic_store(&S.itimer_last_cpu, clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+}
+
 int
 sampler_start(const sampler_config_t *cfg)
 {
@@ -667,30 +729,8 @@ sampler_start(const sampler_config_t *cfg)
         PyErr_SetString(sampler_error, "a profile is already running");
         return -1;
     }
-    if (!sampler_signal_allowed(cfg->signum)) {
-        PyErr_Format(PyExc_ValueError,
-                     "signal %d cannot be used for sampling; use SIGPROF, "
-                     "SIGVTALRM, SIGUSR1, SIGUSR2 or a real-time signal "
-                     "(SIGRTMIN..SIGRTMAX)",
-                     cfg->signum);
-        return -1;
-    }
     struct sigaction old;
-    if (sigaction(cfg->signum, NULL, &old) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
-    }
-    int has_handler =
-        (old.sa_flags & SA_SIGINFO)
-            ? old.sa_sigaction != NULL
-            : (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
-    if (has_handler) {
-        PyErr_Format(sampler_error,
-                     "signal %d (%s) already has a handler installed by "
-                     "someone else; choose another signal with "
-                     "signal=signal.SIGRTMIN + N (or SIGUSR1/SIGUSR2), or "
-                     "--signal on the command line",
-                     cfg->signum, strsignal(cfg->signum));
+    if (sampler_check_signal(cfg->signum, &old) < 0) {
         return -1;
     }
 
@@ -705,47 +745,20 @@ sampler_start(const sampler_config_t *cfg)
     }
     S.own_timer_bits = sampler_pid_max();
     S.own_timer = calloc((S.own_timer_bits + 63) / 64, sizeof(uint64_t));
-    if (S.own_timer == NULL || htab_init(&S.threads_index, 64) < 0) {
-        free(S.own_timer);
-        S.own_timer = NULL;
-        ring_free(&S.ring);
+    if (S.own_timer == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto fail_ring;
     }
-
-    if (cfg->engine == SAMPLER_ENGINE_PERF) {
-        /* A forced engine must exist: probe it on this thread. */
-        int fd =
-            sampler_open_perf(tctx_tid(), 1, cfg->period_ns);
-        if (fd < 0) {
-            int err = errno;
-            free(S.own_timer);
-            S.own_timer = NULL;
-            htab_free(&S.threads_index);
-            ring_free(&S.ring);
-            PyErr_Format(sampler_error,
-                         "the perf-event engine is unavailable: "
-                         "perf_event_open failed (%s); check "
-                         "/proc/sys/kernel/perf_event_paranoid or use "
-                         "engine='timer'",
-                         strerror(err));
-            return -1;
-        }
-        close(fd);
+    if (htab_init(&S.threads_index, 64) < 0) {
+        PyErr_NoMemory();
+        goto fail_own_timer;
     }
-
-    uint64_t interval = cfg->period_ns;
-    if (interval < SAMPLER_ITIMER_MIN_NS) {
-        interval = SAMPLER_ITIMER_MIN_NS;
+    if (cfg->engine == SAMPLER_ENGINE_PERF
+        && sampler_probe_perf(cfg->period_ns) < 0) {
+        goto fail_index;
     }
-    S.itimer_weight =
-        (uint32_t)((interval + cfg->period_ns / 2) / cfg->period_ns);
-    interval = S.itimer_weight * cfg->period_ns;
-    S.itimer_interval_ns = interval;
-    S.itimer_armed = 0;
+    sampler_setup_itimer(cfg);
     S.profile_id++;
-    S.itimer_only = cfg->engine == SAMPLER_ENGINE_ITIMER;
-    atomic_store(&S.itimer_last_cpu, clock_ns(CLOCK_PROCESS_CPUTIME_ID));
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -756,12 +769,8 @@ sampler_start(const sampler_config_t *cfg)
     atomic_store(&S.active, 1);
     if (sigaction(cfg->signum, &sa, NULL) < 0) {
         atomic_store(&S.active, 0);
-        free(S.own_timer);
-        S.own_timer = NULL;
-        htab_free(&S.threads_index);
-        ring_free(&S.ring);
         PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
+        goto fail_index;
     }
     S.installed = 1;
 
@@ -773,6 +782,15 @@ sampler_start(const sampler_config_t *cfg)
         pthread_mutex_unlock(&S.registry_lock);
     }
     return 0;
+
+fail_index:
+    htab_free(&S.threads_index);
+fail_own_timer:
+    free(S.own_timer);
+    S.own_timer = NULL;
+fail_ring:
+    ring_free(&S.ring);
+    return -1;
 }
 
 static void
@@ -843,12 +861,6 @@ void
 sampler_threads_by_source(uint64_t out[SAMPLER_SRC_COUNT])
 {
     memcpy(out, S.armed, sizeof(S.armed));
-}
-
-uint32_t
-sampler_itimer_weight(void)
-{
-    return S.itimer_weight;
 }
 
 int

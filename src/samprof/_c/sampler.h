@@ -94,9 +94,6 @@ const sampler_counters_t *sampler_counters(void);
  * threads that could get neither). */
 void sampler_threads_by_source(uint64_t out[SAMPLER_SRC_COUNT]);
 
-/* Weight (in sampling periods) of one ITIMER_PROF sample. */
-uint32_t sampler_itimer_weight(void);
-
 /* 1 when tid has a perf event or POSIX timer of ours armed. Not signal
  * context; any thread. */
 int sampler_thread_armed(int32_t tid);

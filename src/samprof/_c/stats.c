@@ -10,13 +10,13 @@ stats_to_dict(const stats_t *st)
     /* Built by Py_BuildValue alone: its keys are plain strings, where
      * PyDict_SetItemString would intern them for the life of the process
      * (which memcheck counts as lost). */
-    PyObject *dropped = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K}", "buffer_full",
-        (unsigned long long)st->buffer_full, "torn",
-        (unsigned long long)st->torn, "stack_table_full",
-        (unsigned long long)st->stack_table_full, "unknown_frames",
-        (unsigned long long)st->unknown_frames, "out_of_memory",
-        (unsigned long long)st->out_of_memory);
+    PyObject *dropped =
+        Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "buffer_full",
+                      (unsigned long long)st->buffer_full, "torn",
+                      (unsigned long long)st->torn, "stack_table_full",
+                      (unsigned long long)st->stack_table_full,
+                      "unknown_frames", (unsigned long long)st->unknown_frames,
+                      "out_of_memory", (unsigned long long)st->out_of_memory);
     if (dropped == NULL) {
         return NULL;
     }
@@ -30,18 +30,17 @@ stats_to_dict(const stats_t *st)
             (unsigned long long)st->signals, "threads_by_engine", "perf",
             (unsigned long long)st->threads[STATS_PERF], "timer",
             (unsigned long long)st->threads[STATS_TIMER], "itimer",
-            (unsigned long long)st->threads[STATS_ITIMER], "dropped",
-            dropped, "truncated", (unsigned long long)st->truncated,
-            "duration_ns", (long long)st->duration_ns, "cpu_ns",
-            (long long)st->cpu_ns, "foreign_signals",
-            (unsigned long long)st->foreign_signals, "profile_bytes",
-            (unsigned long long)st->profile_bytes);
+            (unsigned long long)st->threads[STATS_ITIMER], "dropped", dropped,
+            "truncated", (unsigned long long)st->truncated, "duration_ns",
+            (long long)st->duration_ns, "cpu_ns", (long long)st->cpu_ns,
+            "foreign_signals", (unsigned long long)st->foreign_signals,
+            "profile_bytes", (unsigned long long)st->profile_bytes);
     }
     return Py_BuildValue(
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:N,s:K,s:L,s:L,s:K,s:K,s:K,s:K,"
         "s:K}",
-        "mode", "wall", "engine", st->engine, "requested_hz",
-        st->requested_hz, "effective_hz", st->effective_hz, "samples",
+        "mode", "wall", "engine", st->engine, "requested_hz", st->requested_hz,
+        "effective_hz", st->effective_hz, "samples",
         (unsigned long long)st->samples, "signals",
         (unsigned long long)st->signals, "threads_by_engine", "wall",
         (unsigned long long)st->threads[0], "dropped", dropped, "truncated",
@@ -65,8 +64,7 @@ stats_comments(const stats_t *st, char c[3][STATS_COMMENT_SIZE])
              "samprof dropped: {'buffer_full': %llu, 'torn': %llu, "
              "'stack_table_full': %llu, 'unknown_frames': %llu, "
              "'out_of_memory': %llu} truncated=%llu",
-             (unsigned long long)st->buffer_full,
-             (unsigned long long)st->torn,
+             (unsigned long long)st->buffer_full, (unsigned long long)st->torn,
              (unsigned long long)st->stack_table_full,
              (unsigned long long)st->unknown_frames,
              (unsigned long long)st->out_of_memory,

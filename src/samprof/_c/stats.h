@@ -28,7 +28,7 @@ typedef struct {
     uint64_t out_of_memory; /* samples the profile could not store */
     uint64_t truncated;
     int64_t duration_ns;
-    int64_t cpu_ns; /* process CPU time during the profile */
+    int64_t cpu_ns;           /* process CPU time during the profile */
     uint64_t foreign_signals; /* CPU: signals that were not samprof's */
     uint64_t walks, late_ticks, gc_samples, ticks; /* wall */
     uint64_t profile_bytes;

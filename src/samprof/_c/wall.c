@@ -24,6 +24,7 @@
 #include "clock.h"
 #include "collect.h"
 #include "frames.h"
+#include "grow.h"
 #include "htab.h"
 #include "ring.h"
 #include "sampler.h"
@@ -39,7 +40,6 @@ typedef struct {
     int named;           /* its threading.Thread name was recorded, or we
                             gave up looking (not a threading.Thread) */
     int identify_tries;  /* lookups so far */
-    int split;           /* on-CPU time comes from the CPU sampler */
     int64_t off_carry;   /* off-CPU ns owed (negative: CPU clock ran ahead) */
     int64_t count_carry; /* off-CPU ns not yet turned into a whole count */
     uint64_t seen;       /* tick generation that last saw it */
@@ -168,14 +168,8 @@ wall_thread_index(PyThreadState *ts)
     if (htab_get(&W.index, &key, sizeof(key), &idx)) {
         return (Py_ssize_t)idx;
     }
-    if (W.n_threads == W.cap_threads) {
-        size_t cap = W.cap_threads ? W.cap_threads * 2 : 32;
-        wall_thread_t *t = realloc(W.threads, cap * sizeof(*t));
-        if (t == NULL) {
-            return -1;
-        }
-        W.threads = t;
-        W.cap_threads = cap;
+    if (GROW(W.threads, W.cap_threads, W.n_threads + 1) < 0) {
+        return -1;
     }
     uint32_t *stack = malloc(((size_t)W.max_depth + 8) * sizeof(uint32_t));
     if (stack == NULL
@@ -283,8 +277,7 @@ wall_gc_add(wall_thread_t *th, PyThreadState *ts, int64_t spent, int on_cpu)
     int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
     collect_add(W.session, W.gc_stack, W.gc_depth, th->tid,
                 wall_thread_labels(ts),
-                collect_state_string(W.session, on_cpu),
-                count, spent);
+                collect_state_string(W.session, on_cpu), count, spent);
     W.stats.gc_samples += (uint64_t)count;
 }
 
@@ -300,6 +293,90 @@ wall_gc_charge(wall_thread_t *th, PyThreadState *ts)
     wall_gc_add(th, ts, spent, 1);
 }
 
+/* A thread whose on-CPU time arrives as signal samples taken where it
+ * ran: its sample here is only the rest of the interval (value, less the
+ * CPU it used and the time charged to <gc>), carried until it is positive
+ * and counted in whole periods. GIL. */
+static void
+wall_add_off_cpu(wall_thread_t *th, PyThreadState *ts, int64_t value,
+                 int64_t used)
+{
+    th->off_carry += value - used - th->gc_ns;
+    th->gc_ns = 0;
+    if (th->off_carry <= 0) {
+        return; /* used CPU the whole time (clock jitter kept) */
+    }
+    value = th->off_carry;
+    th->off_carry = 0;
+    th->count_carry += value;
+    int64_t count = th->count_carry / (int64_t)W.period_ns;
+    th->count_carry -= count * (int64_t)W.period_ns;
+    collect_add(W.session, th->stack, th->depth, th->tid,
+                wall_thread_labels(ts), collect_state_string(W.session, 0),
+                count, value);
+    W.stats.samples++;
+}
+
+/* The sample of one thread for a tick that stands for ticks periods,
+ * its stack read again if the thread ran since the last read. GIL. */
+static void
+wall_sample_thread(PyThreadState *ts, uint64_t ticks)
+{
+    Py_ssize_t idx = wall_thread_index(ts);
+    if (idx < 0) {
+        return;
+    }
+    wall_thread_t *th = &W.threads[idx];
+    th->seen = W.generation;
+    int64_t cpu = wall_thread_cpu(th->ident);
+    int64_t used = cpu >= 0 && th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
+    int first = th->last_cpu < 0;
+    th->last_cpu = cpu;
+    if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
+        /* The thread ran since we last read its stack (or we never
+         * did): read it again. Detached threads cannot change it now. */
+        uint16_t flags = 0;
+        int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
+        if (flags & RING_TORN) {
+            return; /* never seen under the GIL; kept as a guard */
+        }
+        th->depth = collect_stack(W.session, W.frames, (uint16_t)depth, flags,
+                                  th->stack);
+        th->walked_cpu = cpu;
+        W.stats.walks++;
+    }
+    if (first || th->tid == 0) {
+        /* How the thread spent the time before we first saw it is
+         * unknown: start accounting from here. (tid 0: its native id
+         * is learned after this tick, on 3.9 and 3.10.) */
+        return;
+    }
+    int64_t value = (int64_t)(ticks * W.period_ns);
+    if (W.on_cpu_sampler && sampler_thread_armed(th->tid)) {
+        wall_add_off_cpu(th, ts, value, used);
+        return;
+    }
+    if (ts == W.gc_ts) {
+        /* The sampler got the GIL in the middle of a collection (a gc
+         * callback ran Python code): charge <gc> up to now. */
+        wall_gc_charge(th, ts);
+    }
+    value -= th->gc_ns;
+    if (value <= 0) {
+        /* The whole interval was charged to <gc>; carry the rest. */
+        th->gc_ns = -value;
+        return;
+    }
+    th->gc_ns = 0;
+    /* count is the periods the sample stands for: ticks delayed by a
+     * GIL holder are accounted, not lost. */
+    collect_add(W.session, th->stack, th->depth, th->tid,
+                wall_thread_labels(ts),
+                collect_state_string(W.session, used > 0),
+                (int64_t)((uint64_t)value / W.period_ns), value);
+    W.stats.samples++;
+}
+
 /* One tick: a sample for every Python thread but ours. GIL. */
 static void
 wall_tick(uint64_t ticks)
@@ -313,84 +390,7 @@ wall_tick(uint64_t ticks)
             || (W.ignored != 0 && ts->thread_id == W.ignored)) {
             continue; /* samprof's own threads */
         }
-        Py_ssize_t idx = wall_thread_index(ts);
-        if (idx < 0) {
-            continue;
-        }
-        wall_thread_t *th = &W.threads[idx];
-        th->seen = W.generation;
-        int64_t cpu = wall_thread_cpu(th->ident);
-        int64_t used = cpu >= 0 && th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
-        int first = th->last_cpu < 0;
-        th->last_cpu = cpu;
-        if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
-            /* The thread ran since we last read its stack (or we never
-             * did): read it again. Detached threads cannot change it now. */
-            uint16_t flags = 0;
-            int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
-            if (flags & RING_TORN) {
-                continue; /* never seen under the GIL; kept as a guard */
-            }
-            th->depth = collect_stack(W.session, W.frames,
-                                      (uint16_t)depth,
-                                      flags, th->stack);
-            th->walked_cpu = cpu;
-            W.stats.walks++;
-        }
-        if (first || th->tid == 0) {
-            /* How the thread spent the time before we first saw it is
-             * unknown: start accounting from here. (tid 0: its native id
-             * is learned after this tick, on 3.9 and 3.10.) */
-            continue;
-        }
-        int64_t value = (int64_t)(ticks * W.period_ns);
-        int on_cpu = used > 0;
-        int split =
-            W.on_cpu_sampler && th->tid != 0 && sampler_thread_armed(th->tid);
-        if (split) {
-            /* Its on-CPU time arrives as signal samples taken where it
-             * ran; this sample is only the rest of the interval. */
-            if (!th->split) {
-                th->split = 1;
-                W.stats.split_threads++;
-            }
-            th->off_carry += value - used - th->gc_ns;
-            th->gc_ns = 0;
-            if (th->off_carry <= 0) {
-                continue; /* used CPU the whole time (clock jitter kept) */
-            }
-            value = th->off_carry;
-            th->off_carry = 0;
-            th->count_carry += value;
-            int64_t count = th->count_carry / (int64_t)W.period_ns;
-            th->count_carry -= count * (int64_t)W.period_ns;
-            on_cpu = 0;
-            collect_add(W.session, th->stack, th->depth, th->tid,
-                        wall_thread_labels(ts),
-                        collect_state_string(W.session, 0), count,
-                        value);
-            W.stats.samples++;
-            continue;
-        }
-        if (ts == W.gc_ts) {
-            /* The sampler got the GIL in the middle of a collection (a gc
-             * callback ran Python code): charge <gc> up to now. */
-            wall_gc_charge(th, ts);
-        }
-        value -= th->gc_ns;
-        if (value <= 0) {
-            /* The whole interval was charged to <gc>; carry the rest. */
-            th->gc_ns = -value;
-            continue;
-        }
-        th->gc_ns = 0;
-        /* count is the periods the sample stands for: ticks delayed by a
-         * GIL holder are accounted, not lost. */
-        collect_add(W.session, th->stack, th->depth, th->tid,
-                    wall_thread_labels(ts),
-                    collect_state_string(W.session, on_cpu),
-                    (int64_t)((uint64_t)value / W.period_ns), value);
-        W.stats.samples++;
+        wall_sample_thread(ts, ticks);
     }
     wall_forget_unseen();
     wall_identify_new_threads();
@@ -424,8 +424,7 @@ wall_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&W.lock);
         while (!W.stop) {
-            struct timespec deadline = {(time_t)(next / 1000000000LL),
-                                        (long)(next % 1000000000LL)};
+            struct timespec deadline = clock_timespec(next);
             int err = pthread_cond_timedwait(&W.cond, &W.lock, &deadline);
             if (err == ETIMEDOUT) {
                 break;
@@ -535,8 +534,10 @@ wall_stop(void)
     W.stop = 1;
     pthread_cond_signal(&W.cond);
     pthread_mutex_unlock(&W.lock);
-    Py_BEGIN_ALLOW_THREADS pthread_join(W.thread, NULL);
-    Py_END_ALLOW_THREADS pthread_cond_destroy(&W.cond);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(W.thread, NULL);
+    Py_END_ALLOW_THREADS
+    pthread_cond_destroy(&W.cond);
     for (size_t i = 0; i < W.n_threads; i++) {
         free(W.threads[i].stack);
     }
@@ -549,12 +550,6 @@ wall_stop(void)
     W.frames = NULL;
     W.gc_stack = NULL;
     W.running = 0;
-}
-
-int
-wall_running(void)
-{
-    return W.running;
 }
 
 void
@@ -570,8 +565,7 @@ wall_gc_begin(void)
         return;
     }
     W.gc_depth =
-        collect_stack(W.session, W.frames, (uint16_t)depth, flags,
-                      W.gc_stack);
+        collect_stack(W.session, W.frames, (uint16_t)depth, flags, W.gc_stack);
     W.gc_ts = ts;
     W.gc_charged_ns = clock_ns(CLOCK_MONOTONIC);
     W.gc_start_wall = W.gc_charged_ns;
@@ -598,11 +592,11 @@ wall_gc_end(void)
     wall_thread_t *th = &W.threads[idx];
     th->seen = W.generation;
     /* Whether the CPU sampler takes this thread's on-CPU time, asked of
-     * the sampler itself: th->split is only set once a tick has accounted
-     * the thread, and a collection that ends before that tick would
-     * otherwise be charged twice, by the signals that sampled it and here
-     * (the first collection of a profile came out 10 ms too long). The
-     * collection runs on this very thread, so its id is ours. */
+     * the sampler now: a thread it armed since the last tick had its
+     * collection sampled by the signals already, and charging it here too
+     * would count it twice (the first collection of a profile came out
+     * 10 ms too long that way). The collection runs on this very thread,
+     * so its id is ours. */
     int32_t tid = th->tid != 0 ? th->tid : tctx_tid();
     if (!W.on_cpu_sampler || !sampler_thread_armed(tid)) {
         /* The sampler accounts this interval to the thread at its next

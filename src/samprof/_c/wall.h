@@ -18,13 +18,12 @@
 #include "collect.h"
 
 typedef struct {
-    uint64_t ticks;         /* sampling periods covered */
-    uint64_t samples;       /* thread samples recorded */
-    uint64_t walks;         /* stacks read (the rest reused) */
-    uint64_t late_ticks;    /* periods that passed while waiting for the GIL */
-    uint64_t gc_samples;    /* samples credited to <gc> */
-    uint64_t threads_seen;  /* distinct Python threads sampled */
-    uint64_t split_threads; /* of which on-CPU time came from signals */
+    uint64_t ticks;        /* sampling periods covered */
+    uint64_t samples;      /* thread samples recorded */
+    uint64_t walks;        /* stacks read (the rest reused) */
+    uint64_t late_ticks;   /* periods that passed while waiting for the GIL */
+    uint64_t gc_samples;   /* samples credited to <gc> */
+    uint64_t threads_seen; /* distinct Python threads sampled */
 } wall_stats_t;
 
 /* Starts the sampler thread, which adds its samples to session (a live
@@ -43,9 +42,6 @@ int wall_start(collect_session_t *session, uint64_t period_ns,
 /* Stops and joins the sampler thread. Caller holds the GIL (released while
  * joining). */
 void wall_stop(void);
-
-/* 1 while the sampler runs. */
-int wall_running(void);
 
 /* The cyclic GC started/finished in the calling thread (gc.callbacks).
  * Time spent inside it is charged to "<gc>" on top of the stack that
