@@ -53,6 +53,8 @@ setup(
             "samprof._samprof",
             sources=sources,
             depends=sorted(glob.glob("src/samprof/_c/*.h")),
+            # libm, part of the C library: log and exp for heap sampling.
+            libraries=["m"],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
             define_macros=macros,

@@ -1,7 +1,8 @@
 """samprof: Go's profiling experience for Python.
 
-A sampling profiler with its core in C. Pull a CPU profile out of a live
-process and read it with ``go tool pprof`` or ``samprof top``::
+A sampling profiler with its core in C. Pull a CPU, wall-clock or heap
+profile out of a live process and read it with ``go tool pprof`` or
+``samprof top``::
 
     import samprof
 
@@ -12,6 +13,10 @@ process and read it with ``go tool pprof`` or ``samprof top``::
     with samprof.CPUProfiler(hz=1000) as prof:
         work()
     open("cpu.pb.gz", "wb").write(prof.result)
+
+    with samprof.HeapProfiler() as prof:  # one sample per 512 KiB allocated
+        work()
+    open("heap.pb.gz", "wb").write(prof.result)
 
 Profiles are read, written, merged and compared by :mod:`samprof.pprof`,
 which is pure Python. The profilers need the compiled core; their names are
@@ -26,11 +31,14 @@ import importlib
 from typing import TYPE_CHECKING, Any, List
 
 if TYPE_CHECKING:
+    from samprof._heap import HeapProfiler, HeapStats
     from samprof._labels import current_labels, labels
     from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
 
 __all__ = [
     "CPUProfiler",
+    "HeapProfiler",
+    "HeapStats",
     "ProfileStats",
     "ProfilerError",
     "WallProfiler",
@@ -44,6 +52,8 @@ __version__ = "0.1.0"
 # compiled core (through samprof._core), so none is imported until asked for.
 _LAZY = {
     "CPUProfiler": "samprof._profiler",
+    "HeapProfiler": "samprof._heap",
+    "HeapStats": "samprof._heap",
     "ProfileStats": "samprof._profiler",
     "ProfilerError": "samprof._profiler",
     "WallProfiler": "samprof._profiler",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 try:
     from samprof._samprof import (
+        HEAP_MAX_LIVE,
+        HEAP_RATE,
         MAX_DEPTH,
         MAX_HZ,
         MAX_SAMPLES,
@@ -22,7 +24,12 @@ try:
         _after_fork_child,
         _arm_this_thread,
         _encode_synthetic,
+        _heap_thread_exiting,
         gc_callback,
+        heap_is_running,
+        heap_snapshot,
+        heap_start,
+        heap_stop,
         is_running,
         labels,
         register_labelset,
@@ -43,6 +50,8 @@ except ImportError as e:
     ) from e
 
 __all__ = [
+    "HEAP_MAX_LIVE",
+    "HEAP_RATE",
     "MAX_DEPTH",
     "MAX_HZ",
     "MAX_SAMPLES",
@@ -50,7 +59,12 @@ __all__ = [
     "_after_fork_child",
     "_arm_this_thread",
     "_encode_synthetic",
+    "_heap_thread_exiting",
     "gc_callback",
+    "heap_is_running",
+    "heap_snapshot",
+    "heap_start",
+    "heap_stop",
     "is_running",
     "labels",
     "register_labelset",

@@ -32,11 +32,14 @@ _hidden_files = {os.path.abspath(__file__)}
 
 
 def _arm_new_threads() -> None:
-    """Makes every threading.Thread arm its own timer as it starts.
+    """Makes every threading.Thread arm its own timer as it starts, and
+    give its name to the heap profile as it ends.
 
     The core finds new threads by rescanning /proc every 10 ms; a thread
-    that lives shorter than that would go unsampled. Installed once; it
-    costs one C call per thread start, and nothing unless a profile runs.
+    that lives shorter than that would go unsampled. A heap profile's
+    samples outlive their threads, whose names can no longer be looked up
+    when the profile is written. Installed once; it costs two C calls per
+    thread, and nothing more unless a profile runs.
     """
     original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
     if getattr(original, "_samprof_hook", False):
@@ -45,7 +48,11 @@ def _arm_new_threads() -> None:
     def _bootstrap_inner(self: threading.Thread) -> None:
         if _core.is_running():
             _core._arm_this_thread()
-        original(self)
+        try:
+            original(self)
+        finally:
+            if _core.heap_is_running():
+                _core._heap_thread_exiting(self.name)
 
     _bootstrap_inner._samprof_hook = True  # type: ignore[attr-defined]
     threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]

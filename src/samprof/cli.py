@@ -2,9 +2,10 @@
 
 ::
 
-    samprof record [--hz N] [-o FILE] [--] script.py [args ...]
-    samprof record [--hz N] [-o FILE] -m module [args ...]
-    samprof top FILE|DIR ... [-n N] [--sample-type TYPE] [--diff-base FILE|DIR]
+    samprof record [--mode cpu|wall|heap] [--hz N | --rate BYTES] [-o FILE]
+                   [--] script.py [args ...]
+    samprof record [options] -m module [args ...]
+    samprof top FILE|DIR ... [-n N] [-i TYPE] [--diff-base FILE|DIR]
 
 ``record`` runs a program the way ``python`` would run it (same ``sys.argv``,
 ``__main__``, ``sys.path[0]``, exit status, stdin and stdout) while profiling
@@ -41,12 +42,21 @@ _PROG = "samprof"
 _ENGINES = ("auto", "perf", "timer", "itimer")
 # The profiler class of each --mode, by its name in the samprof package. A
 # mode is offered when the package has its class.
-_MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler"}
+_MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler", "heap": "HeapProfiler"}
 
 # Options of `record` that take a value. The record command line is split at
 # the first argument that is none of these (or at "--"), so that everything
 # from the script name on reaches the program untouched.
-_RECORD_VALUE_OPTIONS = ("--hz", "--mode", "--engine", "--signal", "-o", "--output", "-m")
+_RECORD_VALUE_OPTIONS = (
+    "--hz",
+    "--rate",
+    "--mode",
+    "--engine",
+    "--signal",
+    "-o",
+    "--output",
+    "-m",
+)
 
 # Frames of these files sit below the program's own frames; they are cut from
 # the traceback of an exception the program does not handle, as python shows
@@ -115,26 +125,34 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         allow_abbrev=False,
     )
     record.add_argument(
-        "--hz",
-        type=_positive_int,
-        default=100,
-        help="samples per second of CPU time (wall time with --mode wall); default 100",
+        "--mode",
+        default="cpu",
+        help="what to profile: cpu, wall (wall-clock time) or heap (memory); default cpu",
     )
     record.add_argument(
-        "--mode", default="cpu", help="what to profile: cpu, or wall where available (default cpu)"
+        "--hz",
+        type=_positive_int,
+        help="cpu and wall: samples per second of CPU time (wall time with --mode wall); "
+        "default 100",
+    )
+    record.add_argument(
+        "--rate",
+        type=_positive_int,
+        metavar="BYTES",
+        help="heap: mean bytes allocated between samples (Go's MemProfileRate); "
+        "default 524288 (512 KiB); 1 records every allocation",
     )
     record.add_argument(
         "--engine",
         choices=_ENGINES,
-        default="auto",
-        help="timer engine (default auto: perf events, else timers)",
+        help="cpu and wall: timer engine (default auto: perf events, else timers)",
     )
     record.add_argument(
         "--signal",
         type=_signal_number,
         default=signal.SIGPROF,
-        help="signal the CPU timers deliver (default SIGPROF; e.g. SIGRTMIN+3 when the "
-        "program owns SIGPROF)",
+        help="cpu and wall: signal the CPU timers deliver (default SIGPROF; e.g. "
+        "SIGRTMIN+3 when the program owns SIGPROF)",
     )
     record.add_argument(
         "-o",
@@ -159,9 +177,13 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "-n", type=_positive_int, default=20, help="how many functions to show (default 20)"
     )
     show.add_argument(
+        "-i",
+        "--sample-index",
         "--sample-type",
+        dest="sample_type",
         metavar="TYPE",
-        help="sample type to report, e.g. cpu or samples (default: the profile's default)",
+        help="sample type to report, e.g. cpu, samples, inuse_space or alloc_space "
+        "(default: the profile's default), as go tool pprof -sample_index",
     )
     show.add_argument(
         "--diff-base",
@@ -360,7 +382,7 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
             f"argument --mode: invalid choice: {opts.mode!r} (choose from {', '.join(classes)})"
         )
     try:
-        profiler = classes[opts.mode](opts.hz, engine=opts.engine, signal=opts.signal)
+        profiler = _make_profiler(parser, classes, opts)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
     # The runner's frames sit at the root of every stack of the program;
@@ -412,14 +434,45 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
     except OSError as e:
         _error(f"cannot write {output}: {e.strerror or e}")
         return status or 1
-    stats = profiler.stats
-    assert stats is not None  # set by stop()
-    summary = f"{stats.samples} samples, engine {stats.engine} at {stats.effective_hz:.0f} Hz"
+    print(f"{_PROG}: wrote {output} ({_summary(profiler.stats)})", file=sys.stderr)
+    return status
+
+
+def _make_profiler(
+    parser: argparse.ArgumentParser,
+    classes: Dict[str, Callable[..., Any]],
+    opts: argparse.Namespace,
+) -> Any:
+    """The profiler --mode names, configured by the options that apply to it."""
+    if opts.mode == "heap":
+        for name, value in (("--hz", opts.hz), ("--engine", opts.engine)):
+            if value is not None:
+                parser.error(f"argument {name}: applies to --mode cpu and wall, not heap")
+        if opts.signal != signal.SIGPROF:
+            parser.error("argument --signal: applies to --mode cpu and wall, not heap")
+        kwargs = {} if opts.rate is None else {"rate": opts.rate}
+        return classes["heap"](**kwargs)
+    if opts.rate is not None:
+        parser.error(f"argument --rate: applies to --mode heap, not {opts.mode}")
+    return classes[opts.mode](
+        100 if opts.hz is None else opts.hz,
+        engine=opts.engine or "auto",
+        signal=opts.signal,
+    )
+
+
+def _summary(stats: Any) -> str:
+    """One line on what a finished profile holds and what it lost."""
+    if hasattr(stats, "sampled"):  # HeapStats
+        summary = f"{stats.sampled} sampled allocations at rate {stats.rate}, {stats.live} live"
+        if stats.untracked:
+            summary += f", {stats.untracked} untracked (live table full)"
+    else:
+        summary = f"{stats.samples} samples, engine {stats.engine} at {stats.effective_hz:.0f} Hz"
     dropped = [f"{reason}={n}" for reason, n in stats.dropped.items() if n]
     if dropped:
         summary += ", dropped " + " ".join(dropped)
-    print(f"{_PROG}: wrote {output} ({summary})", file=sys.stderr)
-    return status
+    return summary
 
 
 class _CannotLoad(Exception):

@@ -52,8 +52,8 @@ build(profile_t *p)
     CHECK(t != NULL);
     t->name = str(p, "worker-7");
     t->resolved = 1;
-    profile_label_t none = {0, 0};
-    profile_label_t kind = {str(p, "kind"), str(p, "list")};
+    profile_extra_t none = {0, 0, 0};
+    profile_extra_t kind = {str(p, "kind"), str(p, "list"), 0};
 
     /* Three 1 KiB blocks at a (one sample), one 4 KiB block at b. */
     int64_t block_a[4] = {1, 1024, 1, 1024};
@@ -68,7 +68,7 @@ build(profile_t *p)
     CHECK(profile_add(p, b, 2, 7, 0, none, block_b, &ib) == 0);
     CHECK(ib != ia && p->n_samples == 2);
     /* The same stack with another extra label is another sample. */
-    profile_label_t dict = {str(p, "kind"), str(p, "dict")};
+    profile_extra_t dict = {str(p, "kind"), str(p, "dict"), 0};
     size_t ib2 = 99;
     CHECK(profile_add(p, b, 2, 7, 0, dict, block_b, &ib2) == 0);
     CHECK(ib2 != ib && p->n_samples == 3);

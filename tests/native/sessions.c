@@ -150,8 +150,8 @@ main(int argc, char **argv)
     static PyObject *codes[N_CODES];
     static uintptr_t dead[N_CODES];
 
-    CHECK(collect_init(&a, 8, 1000, NULL, NULL, 10000) == 0);
-    CHECK(collect_init(&b, 8, 1000, NULL, NULL, 10000) == 0);
+    CHECK(collect_init(&a, 2, 8, 1000, NULL, NULL, 10000) == 0);
+    CHECK(collect_init(&b, 2, 8, 1000, NULL, NULL, 10000) == 0);
     if (failures) {
         PyErr_Print();
         return 1;

@@ -25,8 +25,9 @@ static collect_session_t *collect_live;
 static void collect_on_code_death(PyObject *code);
 
 int
-collect_init(collect_session_t *s, uint32_t max_depth, uint64_t period_ns,
-             PyObject *hidden_file, PyObject *labelsets, size_t max_samples)
+collect_init(collect_session_t *s, size_t n_values, uint32_t max_depth,
+             uint64_t period_ns, PyObject *hidden_file, PyObject *labelsets,
+             size_t max_samples)
 {
     memset(s, 0, sizeof(*s));
     s->max_depth = max_depth;
@@ -37,9 +38,7 @@ collect_init(collect_session_t *s, uint32_t max_depth, uint64_t period_ns,
         PyErr_NoMemory();
         return -1;
     }
-    /* Every profile made here is CPU or wall time: samples/count and
-     * cpu|wall/nanoseconds. */
-    if (profile_init(&s->profile, 2, max_samples) < 0) {
+    if (profile_init(&s->profile, n_values, max_samples) < 0) {
         PyErr_NoMemory();
         goto free_stack;
     }
@@ -155,22 +154,32 @@ collect_stack(collect_session_t *s, const ring_frame_t *frames, uint16_t depth,
     return k;
 }
 
-void
-collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
-            int32_t tid, uint32_t labels, uint32_t state, int64_t count,
-            int64_t value)
+int
+collect_add_values(collect_session_t *s, const uint32_t *stack, uint32_t n,
+                   int32_t tid, uint32_t labels, profile_extra_t extra,
+                   const int64_t *values, size_t *index)
 {
     if (s->labelsets == NULL
         || labels > (uint32_t)PyList_GET_SIZE(s->labelsets)) {
         labels = 0;
     }
     (void)profile_thread(&s->profile, tid);
-    profile_label_t extra = {state != 0 ? s->k_thread_state : 0, state};
-    int64_t values[2] = {count, value};
-    if (profile_add(&s->profile, stack, n, tid, labels, extra, values, NULL)
+    if (profile_add(&s->profile, stack, n, tid, labels, extra, values, index)
         < 0) {
-        s->lost += (uint64_t)count;
+        s->lost += (uint64_t)values[0];
+        return -1;
     }
+    return 0;
+}
+
+void
+collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
+            int32_t tid, uint32_t labels, uint32_t state, int64_t count,
+            int64_t value)
+{
+    profile_extra_t extra = {state != 0 ? s->k_thread_state : 0, state, 0};
+    int64_t values[2] = {count, value};
+    (void)collect_add_values(s, stack, n, tid, labels, extra, values, NULL);
 }
 
 void
@@ -353,6 +362,26 @@ collect_resolve_thread_names(collect_session_t *s)
 }
 
 void
+collect_name_thread(collect_session_t *s, int32_t tid, PyObject *name)
+{
+    profile_t *p = &s->profile;
+    uint64_t idx;
+    if (!PyUnicode_Check(name)
+        || !htab_get(&p->threads_index, &tid, sizeof(tid), &idx)
+        || p->threads[idx].resolved) {
+        return;
+    }
+    Py_ssize_t len;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(name, &len);
+    if (utf8 == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    p->threads[idx].name = profile_string(p, utf8, (size_t)len);
+    p->threads[idx].resolved = 1;
+}
+
+void
 collect_add_dropped(collect_session_t *s, const char *what, uint64_t count,
                     uint64_t periods)
 {
@@ -365,7 +394,7 @@ collect_add_dropped(collect_session_t *s, const char *what, uint64_t count,
         t->name = profile_string(&s->profile, "samprof", 7);
         t->resolved = 1;
     }
-    profile_label_t none = {0, 0};
+    profile_extra_t none = {0, 0, 0};
     int64_t values[2] = {(int64_t)count, (int64_t)(periods * s->period_ns)};
     if (profile_add(&s->profile, &loc, loc ? 1 : 0, 0, 0, none, values, NULL)
         < 0) {
@@ -381,7 +410,10 @@ collect_copy_labelsets(collect_session_t *s)
     if (s->labelsets == NULL) {
         return 0;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(s->labelsets); i++) {
+    /* Those copied by an earlier encode (a heap profile's snapshots) are
+     * there already. */
+    for (Py_ssize_t i = (Py_ssize_t)s->profile.n_labelsets;
+         i < PyList_GET_SIZE(s->labelsets); i++) {
         PyObject *pairs = PyList_GET_ITEM(s->labelsets, i);
         Py_ssize_t n = PyTuple_GET_SIZE(pairs);
         profile_label_t buf[64];

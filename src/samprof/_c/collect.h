@@ -47,14 +47,15 @@ struct collect_session {
     collect_session_t *next; /* the next live session */
 };
 
-/* Prepares s as an empty CPU or wall profile session and makes it live.
- * hidden_file is a tuple of samprof's own file names (their frames are left
- * out); labelsets is the list of registered label sets (borrowed, must
- * outlive the session); max_samples caps distinct samples. Returns 0, or -1
- * with an exception set. Caller holds the GIL. */
-int collect_init(collect_session_t *s, uint32_t max_depth, uint64_t period_ns,
-                 PyObject *hidden_file, PyObject *labelsets,
-                 size_t max_samples);
+/* Prepares s as an empty session and makes it live: a profile whose
+ * samples carry n_values values (2 for CPU and wall: samples/count and the
+ * time; 4 for heap). hidden_file is a tuple of samprof's own file names
+ * (their frames are left out); labelsets is the list of registered label
+ * sets (borrowed, must outlive the session); max_samples caps distinct
+ * samples. Returns 0, or -1 with an exception set. Caller holds the GIL. */
+int collect_init(collect_session_t *s, size_t n_values, uint32_t max_depth,
+                 uint64_t period_ns, PyObject *hidden_file,
+                 PyObject *labelsets, size_t max_samples);
 /* Frees the session's profile and caches; the last live session stops
  * watching code objects. Nothing for a session that is not live. GIL. */
 void collect_free(collect_session_t *s);
@@ -63,9 +64,16 @@ void collect_free(collect_session_t *s);
  * out, which has room for max_depth + 8 ids. Returns how many. GIL. */
 uint32_t collect_stack(collect_session_t *s, const ring_frame_t *frames,
                        uint16_t depth, uint16_t flags, uint32_t *out);
-/* Adds count samples worth value nanoseconds; labels ids that are not
- * registered are dropped; state, if not 0, is the string id of the
- * sample's thread_state label (collect_state_string). GIL. */
+/* Adds the values (the session's n_values of them) of a sample with the
+ * sample's own extra label; labels ids that are not registered are
+ * dropped. index as profile_add's. Returns 0, or -1 when the profile could
+ * not store it (values[0] then counted in lost). GIL. */
+int collect_add_values(collect_session_t *s, const uint32_t *stack, uint32_t n,
+                       int32_t tid, uint32_t labels, profile_extra_t extra,
+                       const int64_t *values, size_t *index);
+/* A time sample: count samples worth value nanoseconds; state, if not 0,
+ * is the string id of the sample's thread_state label
+ * (collect_state_string). GIL. */
 void collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
                  int32_t tid, uint32_t labels, uint32_t state, int64_t count,
                  int64_t value);
@@ -83,6 +91,10 @@ void collect_set_wall_mode(collect_session_t *s, int wall);
 /* Names threads seen in samples that have no name yet. May run Python
  * code. GIL. */
 void collect_resolve_thread_names(collect_session_t *s);
+/* Names thread tid, if it has samples and no name yet: a thread that is
+ * about to exit tells its own (collect_resolve_thread_names only finds
+ * live threads). GIL. */
+void collect_name_thread(collect_session_t *s, int32_t tid, PyObject *name);
 /* The string id of the thread_state label value. GIL. */
 uint32_t collect_state_string(collect_session_t *s, int on_cpu);
 /* Adds the pseudo-frame sample for dropped samples. GIL. */

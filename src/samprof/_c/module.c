@@ -19,6 +19,7 @@
 #include "collect.h"
 #include "clock.h"
 #include "collector.h"
+#include "heap.h"
 #include "labels.h"
 #include "pb.h"
 #include "pprof.h"
@@ -191,8 +192,9 @@ module_start(PyObject *self, PyObject *args)
         return NULL;
     }
     int wall = M.mode == MODULE_WALL;
-    if (collect_init(&M.session, M.cfg.max_depth, M.cfg.period_ns, hidden_file,
-                     labels_registry(), (size_t)max_samples)
+    /* samples/count and cpu|wall/nanoseconds */
+    if (collect_init(&M.session, 2, M.cfg.max_depth, M.cfg.period_ns,
+                     hidden_file, labels_registry(), (size_t)max_samples)
         < 0) {
         return NULL;
     }
@@ -518,6 +520,7 @@ module_after_fork_child(PyObject *self, PyObject *noargs)
     /* The C-level atfork handler already stopped sampling; this runs later
      * with the GIL and undoes what needs the interpreter. */
     collect_free(&M.session);
+    heap_after_fork_child();
     Py_RETURN_NONE;
 }
 
@@ -570,7 +573,7 @@ module_encode_synthetic(PyObject *self, PyObject *args)
             stack[d] = profile_location(&p, fn, d + 10);
         }
         (void)profile_thread(&p, 1);
-        profile_label_t none = {0, 0};
+        profile_extra_t none = {0, 0, 0};
         int64_t values[2] = {1, 1000000};
         if (profile_add(&p, stack, (uint32_t)depth, 1, 0, none, values, NULL)
             < 0) {
@@ -592,6 +595,136 @@ done:
     profile_free(&p);
     PyMem_RawFree(stack);
     return result;
+}
+
+/* ------------------------------------------------------------------------
+ * The heap profile
+ * ---------------------------------------------------------------------- */
+
+static PyObject *
+module_heap_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long rate;
+    int max_depth;
+    Py_ssize_t max_live, max_samples;
+    PyObject *hidden_file;
+    if (!PyArg_ParseTuple(args, "KinO!n:heap_start", &rate, &max_depth,
+                          &max_live, &PyTuple_Type, &hidden_file,
+                          &max_samples)) {
+        return NULL;
+    }
+    if (max_depth < 1 || max_depth > MODULE_MAX_DEPTH) {
+        PyErr_Format(PyExc_ValueError, "max_depth must be in 1..%d",
+                     MODULE_MAX_DEPTH);
+        return NULL;
+    }
+    if (rate < 1 || max_live < 1 || max_samples < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "rate, max_live and max_stacks must be >= 1");
+        return NULL;
+    }
+    if (heap_running()) {
+        PyErr_SetString(sampler_error, "a heap profile is already running in "
+                                       "this process; stop it first");
+        return NULL;
+    }
+    heap_config_t cfg = {
+        .rate = rate,
+        .max_depth = (uint32_t)max_depth,
+        .max_live = (size_t)max_live,
+        .max_samples = (size_t)max_samples,
+        .hidden_file = hidden_file,
+        .labelsets = labels_registry(),
+    };
+    if (heap_start(&cfg) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+module_heap_stats_dict(const heap_stats_t *st)
+{
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L}", "rate",
+        (unsigned long long)st->rate, "sampled",
+        (unsigned long long)st->sampled, "live", (unsigned long long)st->live,
+        "untracked", (unsigned long long)st->untracked, "torn",
+        (unsigned long long)st->torn, "truncated",
+        (unsigned long long)st->truncated, "unknown_frames",
+        (unsigned long long)st->unknown_frames, "out_of_memory",
+        (unsigned long long)st->lost, "stack_table_full",
+        (unsigned long long)st->stack_table_full, "hooks_lost",
+        (unsigned long long)st->hooks_lost, "profile_bytes",
+        (unsigned long long)st->profile_bytes, "duration_ns",
+        (long long)st->duration_ns);
+}
+
+/* (raw pprof, stats dict) of the running heap profile: Go's "allocs"
+ * profile when allocs is true, its "heap" profile otherwise. */
+static PyObject *
+module_heap_result(int allocs)
+{
+    if (!heap_running()) {
+        PyErr_SetString(sampler_error, "no heap profile is running");
+        return NULL;
+    }
+    pb_buf_t buf;
+    pb_init(&buf);
+    PyObject *result = NULL;
+    if (heap_encode(allocs, &buf) == 0) {
+        heap_stats_t st;
+        heap_get_stats(&st);
+        result =
+            Py_BuildValue("(y#N)", (const char *)buf.data, (Py_ssize_t)buf.len,
+                          module_heap_stats_dict(&st));
+    }
+    pb_free(&buf);
+    return result;
+}
+
+static PyObject *
+module_heap_snapshot(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int allocs;
+    if (!PyArg_ParseTuple(args, "p:heap_snapshot", &allocs)) {
+        return NULL;
+    }
+    return module_heap_result(allocs);
+}
+
+static PyObject *
+module_heap_stop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int allocs;
+    if (!PyArg_ParseTuple(args, "p:heap_stop", &allocs)) {
+        return NULL;
+    }
+    PyObject *result = module_heap_result(allocs);
+    int stayed = heap_stop();
+    if (result == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(Ni)", result, stayed);
+}
+
+static PyObject *
+module_heap_thread_exiting(PyObject *self, PyObject *name)
+{
+    (void)self;
+    heap_name_this_thread(name);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+module_heap_is_running(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(heap_running());
 }
 
 static PyMethodDef module_methods[] = {
@@ -616,6 +749,21 @@ static PyMethodDef module_methods[] = {
      "gc_callback(phase, info)\n--\n\nFor gc.callbacks while profiling."},
     {"_arm_this_thread", module_arm_this_thread, METH_NOARGS,
      "_arm_this_thread()\n--\n\nArm the calling (new) thread's timer now."},
+    {"heap_start", module_heap_start, METH_VARARGS,
+     "heap_start(rate, max_depth, max_live, hidden_files, max_stacks)\n--\n\n"
+     "Start the heap profile. Use samprof.HeapProfiler instead."},
+    {"heap_snapshot", module_heap_snapshot, METH_VARARGS,
+     "heap_snapshot(allocs)\n--\n\n"
+     "(pprof bytes, stats dict) of the running heap profile."},
+    {"heap_stop", module_heap_stop, METH_VARARGS,
+     "heap_stop(allocs)\n--\n\n"
+     "Stop the heap profile; return ((pprof bytes, stats dict), hooks that\n"
+     "stayed in another allocator's chain)."},
+    {"heap_is_running", module_heap_is_running, METH_NOARGS,
+     "heap_is_running()\n--\n\nTrue while a heap profile is running."},
+    {"_heap_thread_exiting", module_heap_thread_exiting, METH_O,
+     "_heap_thread_exiting(name)\n--\n\n"
+     "The calling thread, about to exit, is called name."},
     {"_after_fork_child", module_after_fork_child, METH_NOARGS,
      "_after_fork_child()\n--\n\nReset interpreter hooks in a forked child."},
     {"_encode_synthetic", module_encode_synthetic, METH_VARARGS,
@@ -666,7 +814,10 @@ PyInit__samprof(void)
     }
     if (PyModule_AddIntConstant(m, "MAX_SAMPLES", COLLECT_MAX_SAMPLES) < 0
         || PyModule_AddIntConstant(m, "MAX_HZ", MODULE_MAX_HZ) < 0
-        || PyModule_AddIntConstant(m, "MAX_DEPTH", MODULE_MAX_DEPTH) < 0) {
+        || PyModule_AddIntConstant(m, "MAX_DEPTH", MODULE_MAX_DEPTH) < 0
+        || PyModule_AddIntConstant(m, "HEAP_RATE", HEAP_DEFAULT_RATE) < 0
+        || PyModule_AddIntConstant(m, "HEAP_MAX_LIVE", HEAP_DEFAULT_MAX_LIVE)
+               < 0) {
         goto error;
     }
     PyObject *labels_type = labels_init_type();

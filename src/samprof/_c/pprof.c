@@ -86,8 +86,9 @@ pprof_label(pb_buf_t *b, uint32_t key, uint32_t str, int64_t num)
 }
 
 static void
-pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
-             uint32_t k_thread_name, uint32_t k_thread_id)
+pprof_sample(pb_buf_t *b, const profile_t *p, const pprof_meta_t *meta,
+             const profile_sample_t *s, uint32_t k_thread_name,
+             uint32_t k_thread_id)
 {
     size_t m = pb_begin(b, PPROF_PROFILE_SAMPLE);
     size_t lm = pb_begin(b, PPROF_SAMPLE_LOCATION_ID);
@@ -95,7 +96,14 @@ pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
         pb_varint(b, p->stack_ids[s->stack + i]);
     }
     pb_end(b, lm);
-    pb_int64s(b, PPROF_SAMPLE_VALUE, s->values, p->n_values);
+    if (meta->values != NULL) {
+        int64_t values[PROFILE_MAX_VALUES];
+        meta->values(s, values, meta->values_arg);
+        pb_int64s(b, PPROF_SAMPLE_VALUE, values, p->n_values);
+    }
+    else {
+        pb_int64s(b, PPROF_SAMPLE_VALUE, s->values, p->n_values);
+    }
 
     uint64_t tidx;
     uint32_t name = 0;
@@ -105,7 +113,7 @@ pprof_sample(pb_buf_t *b, const profile_t *p, const profile_sample_t *s,
     pprof_label(b, k_thread_name, name, 0);
     pprof_label(b, k_thread_id, 0, s->tid);
     if (s->extra.key != 0) {
-        pprof_label(b, s->extra.key, s->extra.value, 0);
+        pprof_label(b, s->extra.key, s->extra.str, s->extra.num);
     }
     if (s->labels != 0 && s->labels <= p->n_labelsets) {
         uint32_t start = p->labelsets[s->labels - 1].start;
@@ -189,7 +197,7 @@ pprof_encode(profile_t *p, const pprof_meta_t *meta, pb_buf_t *b)
     }
 
     for (size_t i = 0; i < p->n_samples; i++) {
-        pprof_sample(b, p, &p->samples[i], k_thread_name, k_thread_id);
+        pprof_sample(b, p, meta, &p->samples[i], k_thread_name, k_thread_id);
     }
     pprof_tables(b, p, s_mapping);
 

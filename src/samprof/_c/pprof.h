@@ -26,6 +26,11 @@ typedef struct {
     int64_t duration_nanos;
     const char **comments; /* n_comments NUL-terminated strings */
     size_t n_comments;
+    /* Writes a sample's values as they go out (the profile's n_values of
+     * them) into out: a heap profile's are unsampled on the way. NULL:
+     * written as they are. */
+    void (*values)(const profile_sample_t *s, int64_t *out, const void *arg);
+    const void *values_arg;
 } pprof_meta_t;
 
 /* Appends the Profile message for p to out. Interns the few strings it

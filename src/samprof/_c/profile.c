@@ -144,7 +144,7 @@ profile_pseudo(profile_t *p, const char *name)
 typedef struct {
     int32_t tid;
     uint32_t labels;
-    profile_label_t extra;
+    profile_extra_t extra;
 } profile_sample_key_t;
 
 #define PROFILE_KEY_HEADER_IDS \
@@ -153,7 +153,7 @@ typedef struct {
 
 int
 profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
-            uint32_t labels, profile_label_t extra, const int64_t *values,
+            uint32_t labels, profile_extra_t extra, const int64_t *values,
             size_t *index)
 {
     uint32_t overflow_stack[1];
@@ -169,7 +169,11 @@ profile_add(profile_t *p, const uint32_t *stack, uint32_t depth, int32_t tid,
     }
     uint32_t *keybuf = p->keybuf;
     for (;;) {
-        profile_sample_key_t hdr = {tid, labels, extra};
+        profile_sample_key_t hdr;
+        memset(&hdr, 0, sizeof(hdr)); /* no stray padding bytes in keys */
+        hdr.tid = tid;
+        hdr.labels = labels;
+        hdr.extra = extra;
         memcpy(keybuf, &hdr, sizeof(hdr));
         memcpy(keybuf + PROFILE_KEY_HEADER_IDS, stack,
                depth * sizeof(uint32_t));

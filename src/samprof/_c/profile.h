@@ -32,13 +32,20 @@ typedef struct {
     uint32_t value; /* string id */
 } profile_label_t;
 
+/* A label of the sample's own, beside its label set: a string (a wall
+ * sample's thread_state) or a number (a heap sample's bytes). Key 0: none. */
+typedef struct {
+    uint32_t key; /* string id */
+    uint32_t str; /* string id, 0 = none */
+    int64_t num;  /* 0 = none */
+} profile_extra_t;
+
 typedef struct {
     uint32_t stack;        /* offset of the first location id in stack_ids */
     uint32_t depth;        /* location ids, leaf first */
     int32_t tid;           /* native thread id */
     uint32_t labels;       /* label-set id, 0 = none */
-    profile_label_t extra; /* one label of the sample's own (wall's
-                            * thread_state), key 0 = none */
+    profile_extra_t extra; /* the sample's own label, key 0 = none */
     int64_t values[PROFILE_MAX_VALUES]; /* the profile's n_values used */
 } profile_sample_t;
 
@@ -124,7 +131,7 @@ uint32_t profile_pseudo(profile_t *p, const char *name);
  * profile_adjust. Returns 0, or -1 when out of memory (values lost, caller
  * counts it). */
 int profile_add(profile_t *p, const uint32_t *stack, uint32_t depth,
-                int32_t tid, uint32_t labels, profile_label_t extra,
+                int32_t tid, uint32_t labels, profile_extra_t extra,
                 const int64_t *values, size_t *index);
 
 /* Adds deltas (p->n_values of them, negative to decrement) to the values

@@ -1,10 +1,11 @@
 /* tctx: the calling thread's context, as every sampler reads it: its
  * native id, its active label set, whether it is inside the cyclic garbage
- * collector, and whether it is one of samprof's own threads.
+ * collector, whether it is one of samprof's own threads, and its heap
+ * sampling state.
  *
  * Each thread writes only its own context, and samplers read it on that
- * same thread: the CPU signal handler, the GC callback, a future allocator
- * hook. So it lives in thread-local storage of the initial-exec model,
+ * same thread: the CPU signal handler, the GC callback, the allocator
+ * hooks. So it lives in thread-local storage of the initial-exec model,
  * whose accesses never call into the dynamic linker or malloc (the
  * general-dynamic model's first access can: docs/design.md §2). Every
  * reader below is async-signal-safe; the writers are called only by the
@@ -23,6 +24,18 @@ extern TCTX_TLS int32_t tctx_tid_cache;     /* gettid(), 0 = not read yet */
 extern TCTX_TLS uint32_t tctx_label_set;    /* label-set id, 0 = none */
 extern TCTX_TLS uint8_t tctx_gc_depth_flag; /* 1 inside the cyclic GC */
 extern TCTX_TLS uint8_t tctx_samprof_flag;  /* 1 on samprof's own threads */
+
+/* A thread's heap sampling state (heap.c): a countdown of allocated bytes
+ * to the next sample, drawn for one heap profile, with its own random
+ * numbers. */
+typedef struct {
+    int64_t countdown; /* bytes to allocate before the next sample */
+    uint64_t rng;      /* xorshift64* state, 0 = not seeded yet */
+    uint32_t epoch;    /* the heap profile countdown was drawn for */
+    uint32_t busy;     /* > 0: allocations are not counted (inside a hook,
+                          or one of samprof's own threads) */
+} tctx_heap_t;
+extern TCTX_TLS tctx_heap_t tctx_heap_state;
 
 /* The native thread id, read once per thread. Async-signal-safe (gettid
  * is a plain system call). */
@@ -78,10 +91,20 @@ tctx_is_samprof_thread(void)
     return tctx_samprof_flag;
 }
 
+/* Marks the calling thread as samprof's: its allocations are never
+ * counted either. */
 static inline void
 tctx_mark_samprof_thread(void)
 {
     tctx_samprof_flag = 1;
+    tctx_heap_state.busy = 1;
+}
+
+/* The thread's heap sampling state. */
+static inline tctx_heap_t *
+tctx_heap(void)
+{
+    return &tctx_heap_state;
 }
 
 #endif

@@ -1,0 +1,662 @@
+/* heap: allocator hooks, per-thread Poisson sampling over allocated bytes,
+ * the table of live sampled blocks, and Go's heap profile (heap.h has the
+ * contract; docs/design.md §8 the scheme).
+ *
+ * Costs, in the order a program pays them: every allocation pays a
+ * thread-local subtraction and compare; every free pays one probe of the
+ * live table when something is tracked; only a sampled allocation (one per
+ * rate bytes on average) reads the stack and touches the profile. */
+#include "heap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "collect.h"
+#include "frames.h"
+#include "pprof.h"
+#include "ring.h"
+#include "tctx.h"
+
+/* One installation of our allocator on one domain. Never freed: a hook
+ * someone else wrapped may still be called through their chain after the
+ * profile stops (it then passes every call through), and a hook that was
+ * removed is reused by the next profile. */
+typedef struct heap_hook {
+    PyMemAllocatorDomain domain;
+    PyMemAllocatorEx orig; /* the allocator found at install; ours calls it */
+    int in_chain;          /* installed and not known to be removed */
+    struct heap_hook *next;
+} heap_hook_t;
+
+#define HEAP_DOMAINS 2
+static const PyMemAllocatorDomain heap_domains[HEAP_DOMAINS] = {
+    PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
+
+/* A tracked block: its address, and the profile sample that recorded it
+ * (whose "bytes" label is the block's size). ptr 0: an empty slot. */
+typedef struct {
+    uintptr_t ptr;
+    uint32_t sample;
+} heap_live_t;
+
+static struct {
+    int enabled;    /* sampling and tracking: between start and stop */
+    uint32_t epoch; /* this profile's number; threads redraw for a new one */
+    uint64_t rate;
+    collect_session_t session;
+    ring_frame_t *frames; /* scratch for frames_walk, max_depth of them */
+    uint32_t max_depth;
+    uint32_t k_bytes; /* string id of the label key "bytes" */
+
+    /* Open addressing with linear probing, no tombstones (deletion shifts
+     * the run back), at most half full; grown on the sampling path only,
+     * so a free never allocates. */
+    heap_live_t *live;
+    size_t live_mask; /* slots - 1 */
+    size_t n_live;
+    size_t max_live;
+
+    heap_stats_t stats;
+    int probing;    /* heap_probe is checking that our hooks are called */
+    int probe_seen; /* a hook was called while probing */
+    int64_t start_realtime_ns;
+    int64_t start_monotonic_ns;
+
+    heap_hook_t *installed[HEAP_DOMAINS]; /* this profile's hooks */
+    heap_hook_t *hooks;                   /* every hook ever made */
+} H;
+
+/* ------------------------------------------------------------------------
+ * Sampling
+ * ---------------------------------------------------------------------- */
+
+/* xorshift64*, seeded per thread from its id and the clock. */
+static uint64_t
+heap_random(tctx_heap_t *t)
+{
+    uint64_t x = t->rng;
+    if (x == 0) {
+        x = ((uint64_t)tctx_tid() * 0x9E3779B97F4A7C15ULL)
+            ^ (uint64_t)clock_ns(CLOCK_MONOTONIC);
+        x |= 1;
+    }
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* Bytes to the next sample: exponential with mean rate, as Go's
+ * nextSample draws it (-ln(U) * rate, U uniform in (0, 1]), plus one so a
+ * countdown is never 0. With rate 1 every allocation is sampled. */
+static int64_t
+heap_next_countdown(tctx_heap_t *t)
+{
+    if (H.rate <= 1) {
+        return 0;
+    }
+    double u = (double)((heap_random(t) >> 11) + 1) * 0x1.0p-53;
+    return (int64_t)(-log(u) * (double)H.rate) + 1;
+}
+
+static PyThreadState *
+heap_thread_state(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
+/* ------------------------------------------------------------------------
+ * The live table
+ * ---------------------------------------------------------------------- */
+
+static size_t
+heap_slot(uintptr_t ptr)
+{
+    /* Blocks are 16-byte aligned: the low bits carry nothing. */
+    return (size_t)(((uint64_t)(ptr >> 4) * 0x9E3779B97F4A7C15ULL) >> 20)
+           & H.live_mask;
+}
+
+/* The slot holding ptr, or the empty slot that ends its run. */
+static size_t
+heap_find(uintptr_t ptr)
+{
+    size_t i = heap_slot(ptr);
+    while (H.live[i].ptr != 0 && H.live[i].ptr != ptr) {
+        i = (i + 1) & H.live_mask;
+    }
+    return i;
+}
+
+/* Doubles the table. 0, or -1 when out of memory (the table unchanged). */
+static int
+heap_grow_live(void)
+{
+    size_t slots = (H.live_mask + 1) * 2;
+    heap_live_t *old = H.live;
+    size_t old_slots = H.live_mask + 1;
+    heap_live_t *fresh = calloc(slots, sizeof(*fresh));
+    if (fresh == NULL) {
+        return -1;
+    }
+    H.live = fresh;
+    H.live_mask = slots - 1;
+    for (size_t i = 0; i < old_slots; i++) {
+        if (old[i].ptr != 0) {
+            H.live[heap_find(old[i].ptr)] = old[i];
+        }
+    }
+    free(old);
+    return 0;
+}
+
+/* Takes a freed sampled block's size out of its sample's in-use values. */
+static void
+heap_release(uint32_t sample)
+{
+    profile_t *p = &H.session.profile;
+    if (sample >= p->n_samples) {
+        return;
+    }
+    int64_t size = p->samples[sample].extra.num;
+    int64_t deltas[4] = {0, 0, -1, -size};
+    profile_adjust(p, sample, deltas);
+}
+
+/* Remembers ptr as recorded by sample. 0, or -1 when the table is full. */
+static int
+heap_track(uintptr_t ptr, uint32_t sample)
+{
+    if (H.n_live >= H.max_live
+        || (2 * (H.n_live + 1) > H.live_mask + 1 && heap_grow_live() < 0)) {
+        return -1;
+    }
+    size_t i = heap_find(ptr);
+    if (H.live[i].ptr == ptr) {
+        /* Its free went past our hooks (someone unhooked them for a
+         * while): it was released then. */
+        heap_release(H.live[i].sample);
+    }
+    else {
+        H.n_live++;
+    }
+    H.live[i].ptr = ptr;
+    H.live[i].sample = sample;
+    return 0;
+}
+
+/* ptr is being freed: if it is a tracked block, its sample's in-use
+ * values drop and the slot is emptied, shifting back the rest of the run
+ * (Knuth's algorithm R) so lookups need no tombstones. */
+static void
+heap_forget(uintptr_t ptr)
+{
+    size_t i = heap_find(ptr);
+    if (H.live[i].ptr == 0) {
+        return;
+    }
+    heap_release(H.live[i].sample);
+    H.n_live--;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & H.live_mask;
+        if (H.live[j].ptr == 0) {
+            break;
+        }
+        size_t home = heap_slot(H.live[j].ptr);
+        /* The entry at j may move to the hole at i unless its home slot
+         * lies cyclically in (i, j]. */
+        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            H.live[i] = H.live[j];
+            i = j;
+        }
+    }
+    H.live[i].ptr = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The sampled path
+ * ---------------------------------------------------------------------- */
+
+/* ptr, of size bytes, is a sampled allocation of the calling thread, which
+ * holds the GIL: records its stack, and tracks it until its free. Never
+ * allocates through the hooks it is called from (busy is set), and never
+ * makes a GC-tracked object, so it cannot start a collection. */
+static void
+heap_sample(tctx_heap_t *t, void *ptr, size_t size)
+{
+    t->countdown = heap_next_countdown(t);
+    if (H.probing) {
+        H.probe_seen = 1;
+        return;
+    }
+    t->busy++;
+    uint16_t flags = 0;
+    int depth = 0;
+    PyThreadState *ts = heap_thread_state();
+    if (ts == NULL) {
+        flags |= RING_NO_PYTHON;
+    }
+    else {
+        depth = frames_walk(ts, H.frames, (int)H.max_depth, &flags);
+    }
+    if (flags & RING_TORN) {
+        /* Not seen with the GIL held; kept as a guard. The allocation
+         * still counts, under "<no Python frames>". */
+        H.stats.torn++;
+        depth = 0;
+        flags &= (uint16_t)~RING_TORN;
+    }
+    if (tctx_in_gc()) {
+        flags |= RING_IN_GC;
+    }
+    collect_session_t *s = &H.session;
+    uint32_t n = collect_stack(s, H.frames, (uint16_t)depth, flags, s->stack);
+    profile_extra_t extra = {H.k_bytes, 0, (int64_t)size};
+    int64_t values[4] = {1, (int64_t)size, 1, (int64_t)size};
+    size_t index;
+    H.stats.sampled++;
+    if (collect_add_values(s, s->stack, n, tctx_tid(), tctx_labels(), extra,
+                           values, &index)
+            == 0
+        && heap_track((uintptr_t)ptr, (uint32_t)index) < 0) {
+        /* Its free will not be seen: in-use leaves it out now. */
+        H.stats.untracked++;
+        heap_release((uint32_t)index);
+    }
+    t->busy--;
+}
+
+/* An allocation of size bytes at ptr by the calling thread: the common
+ * path is one subtraction and one compare. */
+static inline void
+heap_count(tctx_heap_t *t, void *ptr, size_t size)
+{
+    if (t->busy != 0) {
+        return;
+    }
+    if (t->epoch != H.epoch) {
+        t->epoch = H.epoch;
+        t->countdown = heap_next_countdown(t);
+    }
+    if (size < (uint64_t)t->countdown) {
+        t->countdown -= (int64_t)size;
+        return;
+    }
+    heap_sample(t, ptr, size);
+}
+
+/* ------------------------------------------------------------------------
+ * The hooks. The allocator below is called with busy raised, so that an
+ * allocator that calls into another hooked domain (a debug or tracing
+ * layer) is not counted twice.
+ * ---------------------------------------------------------------------- */
+
+static void *
+heap_malloc(void *ctx, size_t size)
+{
+    heap_hook_t *h = ctx;
+    tctx_heap_t *t = tctx_heap();
+    t->busy++;
+    void *p = h->orig.malloc(h->orig.ctx, size);
+    t->busy--;
+    if (p != NULL && H.enabled) {
+        heap_count(t, p, size);
+    }
+    return p;
+}
+
+static void *
+heap_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+    heap_hook_t *h = ctx;
+    tctx_heap_t *t = tctx_heap();
+    t->busy++;
+    void *p = h->orig.calloc(h->orig.ctx, nelem, elsize);
+    t->busy--;
+    if (p != NULL && H.enabled) {
+        /* The product did not overflow: the allocation succeeded. */
+        heap_count(t, p, nelem * elsize);
+    }
+    return p;
+}
+
+/* A realloc is the free of the old block and the allocation of the new
+ * one; when it fails the old block is untouched, and so is the profile. */
+static void *
+heap_realloc(void *ctx, void *ptr, size_t size)
+{
+    heap_hook_t *h = ctx;
+    tctx_heap_t *t = tctx_heap();
+    t->busy++;
+    void *p = h->orig.realloc(h->orig.ctx, ptr, size);
+    t->busy--;
+    if (p != NULL && H.enabled) {
+        if (ptr != NULL && H.n_live != 0) {
+            heap_forget((uintptr_t)ptr);
+        }
+        heap_count(t, p, size);
+    }
+    return p;
+}
+
+/* Frees are tracked even while busy: a block freed by samprof's own work
+ * must still leave the in-use values. */
+static void
+heap_free(void *ctx, void *ptr)
+{
+    heap_hook_t *h = ctx;
+    if (ptr != NULL && H.enabled && H.n_live != 0) {
+        heap_forget((uintptr_t)ptr);
+    }
+    h->orig.free(h->orig.ctx, ptr);
+}
+
+static int
+heap_is_ours(const PyMemAllocatorEx *a)
+{
+    return a->malloc == heap_malloc;
+}
+
+/* Installs our hook on domain d above whatever allocator is there, or
+ * reuses our hook when it is still the domain's allocator (a profile that
+ * could not remove it left it there). NULL when out of memory. */
+static heap_hook_t *
+heap_hook_domain(PyMemAllocatorDomain d)
+{
+    PyMemAllocatorEx cur;
+    PyMem_GetAllocator(d, &cur);
+    if (heap_is_ours(&cur)) {
+        return cur.ctx;
+    }
+    heap_hook_t *h = NULL;
+    for (heap_hook_t *k = H.hooks; k != NULL; k = k->next) {
+        if (!k->in_chain && k->domain == d) {
+            h = k;
+            break;
+        }
+    }
+    if (h == NULL) {
+        h = calloc(1, sizeof(*h));
+        if (h == NULL) {
+            return NULL;
+        }
+        h->domain = d;
+        h->next = H.hooks;
+        H.hooks = h;
+    }
+    h->orig = cur;
+    h->in_chain = 1;
+    PyMemAllocatorEx ours = {h, heap_malloc, heap_calloc, heap_realloc,
+                             heap_free};
+    PyMem_SetAllocator(d, &ours);
+    return h;
+}
+
+/* Removes this profile's hooks where they are still the domains'
+ * allocators. Returns how many stay in someone else's chain. */
+static int
+heap_unhook(void)
+{
+    int stayed = 0;
+    for (int i = 0; i < HEAP_DOMAINS; i++) {
+        heap_hook_t *h = H.installed[i];
+        if (h == NULL) {
+            continue;
+        }
+        PyMemAllocatorEx cur;
+        PyMem_GetAllocator(h->domain, &cur);
+        if (heap_is_ours(&cur) && cur.ctx == h) {
+            PyMem_SetAllocator(h->domain, &h->orig);
+            h->in_chain = 0;
+        }
+        else {
+            stayed++;
+        }
+        H.installed[i] = NULL;
+    }
+    return stayed;
+}
+
+/* Whether every hooked domain still reaches our hook: an allocation made
+ * with the countdown at zero must take the sampled path. Someone who
+ * restores the allocators they found before we started (tracemalloc.stop()
+ * after a tracemalloc.start() that preceded ours) drops us silently. */
+static int
+heap_hooks_reached(void)
+{
+    tctx_heap_t *t = tctx_heap();
+    uint32_t busy = t->busy;
+    int64_t countdown = t->countdown;
+    int reached = 1;
+    H.probing = 1;
+    t->busy = 0;
+    for (int i = 0; i < HEAP_DOMAINS; i++) {
+        H.probe_seen = 0;
+        t->epoch = H.epoch;
+        t->countdown = 0;
+        void *p = heap_domains[i] == PYMEM_DOMAIN_MEM ? PyMem_Malloc(1)
+                                                      : PyObject_Malloc(1);
+        if (heap_domains[i] == PYMEM_DOMAIN_MEM) {
+            PyMem_Free(p);
+        }
+        else {
+            PyObject_Free(p);
+        }
+        reached = reached && p != NULL && H.probe_seen;
+    }
+    H.probing = 0;
+    t->busy = busy;
+    t->countdown = countdown;
+    return reached;
+}
+
+/* ------------------------------------------------------------------------
+ * The profile
+ * ---------------------------------------------------------------------- */
+
+/* Go's scaleHeapSample: a (count, size) pair of sampled blocks of one size
+ * stands for count / (1 - exp(-avg/rate)) blocks, avg = size / count. */
+static void
+heap_scale_pair(int64_t count, int64_t size, uint64_t rate, int64_t *out)
+{
+    if (count == 0 || size == 0) {
+        out[0] = out[1] = 0;
+        return;
+    }
+    if (rate <= 1) {
+        out[0] = count;
+        out[1] = size;
+        return;
+    }
+    double avg = (double)size / (double)count;
+    double scale = 1 / (1 - exp(-avg / (double)rate));
+    out[0] = (int64_t)((double)count * scale);
+    out[1] = (int64_t)((double)size * scale);
+}
+
+static void
+heap_unsample(const profile_sample_t *s, int64_t *out, const void *arg)
+{
+    uint64_t rate = *(const uint64_t *)arg;
+    heap_scale_pair(s->values[0], s->values[1], rate, out);
+    heap_scale_pair(s->values[2], s->values[3], rate, out + 2);
+}
+
+static const pprof_value_type_t heap_types[4] = {
+    {"alloc_objects", "count"},
+    {"alloc_space", "bytes"},
+    {"inuse_objects", "count"},
+    {"inuse_space", "bytes"},
+};
+
+void
+heap_get_stats(heap_stats_t *st)
+{
+    *st = H.stats;
+    st->rate = H.rate;
+    st->live = H.n_live;
+    if (H.session.active) {
+        st->truncated = collect_truncated(&H.session);
+        st->unknown_frames = collect_unknown_frames(&H.session);
+        st->lost = collect_lost(&H.session);
+        st->stack_table_full = H.session.profile.overflowed;
+        st->profile_bytes = profile_bytes(&H.session.profile);
+        st->duration_ns = clock_ns(CLOCK_MONOTONIC) - H.start_monotonic_ns;
+    }
+}
+
+void
+heap_name_this_thread(PyObject *name)
+{
+    if (H.enabled) {
+        collect_name_thread(&H.session, tctx_tid(), name);
+    }
+}
+
+int
+heap_encode(int allocs, pb_buf_t *out)
+{
+    if (!H.enabled) {
+        PyErr_SetString(PyExc_RuntimeError, "no heap profile is running");
+        return -1;
+    }
+    tctx_heap_t *t = tctx_heap();
+    if (!heap_hooks_reached()) {
+        H.stats.hooks_lost = 1;
+    }
+    t->busy++; /* names are looked up in Python: not the program's */
+    collect_resolve_thread_names(&H.session);
+    heap_stats_t st;
+    heap_get_stats(&st);
+    char c[2][256];
+    snprintf(c[0], sizeof(c[0]), "samprof mode=heap rate=%llu",
+             (unsigned long long)st.rate);
+    snprintf(c[1], sizeof(c[1]),
+             "samprof heap: sampled=%llu live=%llu untracked=%llu "
+             "torn=%llu stack_table_full=%llu out_of_memory=%llu "
+             "truncated=%llu hooks_lost=%llu",
+             (unsigned long long)st.sampled, (unsigned long long)st.live,
+             (unsigned long long)st.untracked, (unsigned long long)st.torn,
+             (unsigned long long)st.stack_table_full,
+             (unsigned long long)st.lost, (unsigned long long)st.truncated,
+             (unsigned long long)st.hooks_lost);
+    const char *comments[2] = {c[0], c[1]};
+    pprof_meta_t meta = {
+        .sample_types = heap_types,
+        .n_sample_types = 4,
+        .period_type = {"space", "bytes"},
+        .period = (int64_t)H.rate,
+        .default_sample_type = allocs ? "alloc_space" : NULL,
+        .time_nanos = H.start_realtime_ns,
+        .duration_nanos = st.duration_ns,
+        .comments = comments,
+        .n_comments = 2,
+        .values = heap_unsample,
+        .values_arg = &H.rate,
+    };
+    int rc = collect_encode(&H.session, &meta, out);
+    t->busy--;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Start and stop
+ * ---------------------------------------------------------------------- */
+
+int
+heap_running(void)
+{
+    return H.enabled;
+}
+
+static void
+heap_free_state(void)
+{
+    collect_free(&H.session);
+    free(H.live);
+    H.live = NULL;
+    H.live_mask = 0;
+    H.n_live = 0;
+    PyMem_RawFree(H.frames);
+    H.frames = NULL;
+}
+
+int
+heap_start(const heap_config_t *cfg)
+{
+    if (H.enabled) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a heap profile is already running in this "
+                        "process; stop it first");
+        return -1;
+    }
+    if (cfg->rate < 1 || cfg->max_depth < 1 || cfg->max_live < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "rate, max_depth and max_live must be >= 1");
+        return -1;
+    }
+    /* alloc_objects, alloc_space, inuse_objects, inuse_space */
+    if (collect_init(&H.session, 4, cfg->max_depth, 0, cfg->hidden_file,
+                     cfg->labelsets, cfg->max_samples)
+        < 0) {
+        return -1;
+    }
+    H.frames = PyMem_RawMalloc(cfg->max_depth * sizeof(ring_frame_t));
+    H.live = calloc(1024, sizeof(heap_live_t));
+    if (H.frames == NULL || H.live == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    H.live_mask = 1023;
+    H.n_live = 0;
+    H.max_live = cfg->max_live;
+    H.max_depth = cfg->max_depth;
+    H.rate = cfg->rate;
+    H.k_bytes = profile_string(&H.session.profile, "bytes", 5);
+    memset(&H.stats, 0, sizeof(H.stats));
+    H.start_realtime_ns = clock_ns(CLOCK_REALTIME);
+    H.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+    H.epoch++;
+    for (int i = 0; i < HEAP_DOMAINS; i++) {
+        H.installed[i] = heap_hook_domain(heap_domains[i]);
+        if (H.installed[i] == NULL) {
+            (void)heap_unhook();
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    H.enabled = 1;
+    return 0;
+
+fail:
+    heap_free_state();
+    return -1;
+}
+
+int
+heap_stop(void)
+{
+    if (!H.enabled) {
+        return 0;
+    }
+    H.enabled = 0;
+    int stayed = heap_unhook();
+    heap_free_state();
+    return stayed;
+}
+
+void
+heap_after_fork_child(void)
+{
+    (void)heap_stop();
+}

@@ -1,0 +1,235 @@
+"""The heap profiler: Go's sampled heap profile of Python's allocators."""
+
+from __future__ import annotations
+
+import atexit
+import gzip
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Dict, Optional, Type
+
+from samprof import _core
+from samprof._profiler import ProfilerError, _arm_new_threads, _hidden_files
+
+_KINDS = ("heap", "allocs")
+# One heap profile runs at a time in a process; this lock orders start,
+# snapshot and stop from several threads.
+_lock = threading.Lock()
+_active: Optional["HeapProfiler"] = None
+_hidden_files.add(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class HeapStats:
+    """What a heap profile holds and what it could not see.
+
+    ``sampled`` counts the allocations sampled (one per ``rate`` bytes on
+    average), ``live`` the sampled blocks not freed yet. ``untracked``
+    counts sampled blocks the live table had no room for: their
+    allocation is in the profile, but not in the in-use values (their free
+    could not be seen). ``hooks_lost`` is true once a snapshot found that
+    someone removed samprof's allocator hooks (``tracemalloc.stop()`` after
+    a ``tracemalloc.start()`` made before samprof's start does): frees are
+    missed from then on. ``hooks_left`` (after stop) counts hooks that
+    stayed in another allocator's chain, passing calls through.
+    """
+
+    rate: int
+    sampled: int
+    live: int
+    untracked: int
+    dropped: Dict[str, int]
+    truncated: int
+    hooks_lost: bool
+    hooks_left: int
+    profile_bytes: int
+    duration_s: float
+
+    @classmethod
+    def _from_core(cls, d: Dict[str, Any], hooks_left: int = 0) -> "HeapStats":
+        return cls(
+            rate=d["rate"],
+            sampled=d["sampled"],
+            live=d["live"],
+            untracked=d["untracked"],
+            dropped={
+                k: d[k] for k in ("torn", "stack_table_full", "unknown_frames", "out_of_memory")
+            },
+            truncated=d["truncated"],
+            hooks_lost=bool(d["hooks_lost"]),
+            hooks_left=hooks_left,
+            profile_bytes=d["profile_bytes"],
+            duration_s=d["duration_ns"] / 1e9,
+        )
+
+
+def _positive_int(name: str, value: object, top: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if top is not None and value > top:
+        raise ValueError(f"{name} must be at most {top}, got {value!r}")
+    return value
+
+
+def _check_kind(kind: object) -> bool:
+    """True for "allocs", False for "heap"."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be 'heap' or 'allocs', got {kind!r}")
+    return kind == "allocs"
+
+
+class HeapProfiler:
+    """Samples the allocations of Python's allocators, as Go's heap profile.
+
+    On average one allocation per ``rate`` bytes allocated is sampled (a
+    Poisson process over bytes, Go's ``MemProfileRate``), with the stack
+    that made it; sampled blocks are followed until they are freed. The
+    result is Go's heap profile in gzipped pprof: ``alloc_objects``,
+    ``alloc_space``, ``inuse_objects`` and ``inuse_space``, unsampled so
+    that the values estimate the true counts and bytes. ``kind="heap"``
+    shows in-use space by default, ``kind="allocs"`` allocated space.
+
+    Hooks cover the MEM and OBJ domains (``PyMem_Malloc``,
+    ``PyObject_Malloc``): Python objects, and the buffers of lists, dicts,
+    bytes and the like. Memory a C extension takes from ``malloc``
+    directly (numpy's array data, for one) is not seen.
+
+    Example::
+
+        prof = samprof.HeapProfiler()
+        prof.start()
+        ...
+        open("heap.pb.gz", "wb").write(prof.snapshot())  # still running
+        data = prof.stop()
+
+        with samprof.HeapProfiler(rate=128 * 1024) as prof:
+            work()
+        open("allocs.pb.gz", "wb").write(prof.result)
+    """
+
+    def __init__(
+        self,
+        rate: int = _core.HEAP_RATE,
+        *,
+        max_depth: int = 256,
+        max_live: int = _core.HEAP_MAX_LIVE,
+        max_stacks: int = _core.MAX_SAMPLES,
+    ) -> None:
+        self.rate = _positive_int("rate", rate)
+        self.max_depth = _positive_int("max_depth", max_depth, _core.MAX_DEPTH)
+        self.max_live = _positive_int("max_live", max_live)
+        self.max_stacks = _positive_int("max_stacks", max_stacks)
+        self._running = False
+        #: The gzipped pprof of the last stop().
+        self.result: Optional[bytes] = None
+        #: Statistics as of the last snapshot() or stop().
+        self.stats: Optional[HeapStats] = None
+
+    def start(self) -> None:
+        """Install the allocator hooks and start sampling. Raises
+        ProfilerError if a heap profile is already running."""
+        global _active
+        with _lock:
+            if self._running:
+                raise ProfilerError("this profiler is already running; call stop() first")
+            if _core.heap_is_running():
+                raise ProfilerError(
+                    "a heap profile is already running in this process; stop it first"
+                )
+            _core.heap_start(
+                self.rate, self.max_depth, self.max_live, tuple(_hidden_files), self.max_stacks
+            )
+            self._running = True
+            _active = self
+            _arm_new_threads()
+
+    def snapshot(self, kind: str = "heap") -> bytes:
+        """The profile so far, as gzipped pprof; sampling goes on."""
+        allocs = _check_kind(kind)
+        with _lock:
+            if not self._running:
+                raise ProfilerError("snapshot() called on a profiler that is not running")
+            raw, stats = _core.heap_snapshot(allocs)
+        self.stats = HeapStats._from_core(stats)
+        return gzip.compress(raw, compresslevel=6, mtime=0)
+
+    def stop(self, kind: str = "heap") -> bytes:
+        """Remove the hooks; return the final profile as gzipped pprof."""
+        global _active
+        allocs = _check_kind(kind)
+        with _lock:
+            if not self._running:
+                raise ProfilerError("stop() called on a profiler that is not running")
+            try:
+                (raw, stats), left = _core.heap_stop(allocs)
+            finally:
+                # The core stops even when the last profile cannot be made.
+                self._running = False
+                _active = None
+        self.stats = HeapStats._from_core(stats, left)
+        if left and not self.stats.hooks_lost:
+            warnings.warn(
+                f"samprof: {left} allocator hook(s) stayed installed because another "
+                "allocator (tracemalloc?) was installed above them; they pass every "
+                "call through until that one is removed",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if self.stats.hooks_lost:
+            warnings.warn(
+                "samprof: the allocator hooks were removed by someone else while the "
+                "heap profile ran (tracemalloc.stop()?); frees after that were not "
+                "seen, so in-use values are too high",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self.result = gzip.compress(raw, compresslevel=6, mtime=0)
+        return self.result
+
+    @property
+    def running(self) -> bool:
+        """True between start() and stop()."""
+        return self._running
+
+    def __enter__(self) -> "HeapProfiler":
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._running:
+            self.stop()
+
+
+def _stop_at_exit() -> None:
+    # Hooks must not sample while the interpreter tears itself down. The
+    # profile is discarded.
+    prof = _active
+    if prof is not None and prof._running:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.stop()
+        except Exception:
+            pass
+
+
+def _after_fork_in_child() -> None:
+    # The core stopped the child's copy (samprof._profiler's fork handler
+    # calls into it); the parent's profile stays with the parent.
+    global _active, _lock
+    _lock = threading.Lock()
+    if _active is not None:
+        _active._running = False
+        _active = None
+
+
+atexit.register(_stop_at_exit)
+os.register_at_fork(after_in_child=_after_fork_in_child)
