@@ -29,6 +29,8 @@ RATE_WORKLOADS = ["call-heavy", "mixed"]
 # The idle-thread workloads ask how a profiler copes with many threads that
 # do nothing: samprof in both modes, and py-spy, which pauses the target.
 IDLE_PROFILERS = ["samprof-cpu-100", "samprof-wall-100", "py-spy-100", "py-spy-100-nonblocking"]
+# The heap profilers run on these workloads only, and nothing else does.
+HEAP_WORKLOADS = ["alloc-heavy", "mixed"]
 COST_PROFILER = "samprof-cpu-10k-perf"
 MEMORY_PROFILER = "samprof-cpu-100"
 # Used only for the cost-per-sample measurement.
@@ -41,6 +43,7 @@ FAMILY_TO_PEER = {
     "py-spy nonblocking": "py-spy",
     "austin": "austin",
     "zprofile": "zprofile",
+    "memray": "memray",
 }
 
 
@@ -177,11 +180,19 @@ def plan(
         if not wanted(workload):
             continue
         for spec in profilers.SPECS:
-            if spec.id in SPECIAL or not usable(spec):
+            if spec.id in SPECIAL or spec.clock == "heap" or not usable(spec):
                 continue
             if spec.id in RATE_ONLY and workload not in RATE_WORKLOADS:
                 continue
             cells.append(("core", workload, spec.id))
+    for workload in HEAP_WORKLOADS:
+        if not wanted(workload):
+            continue
+        for spec in profilers.SPECS:
+            # The noise control of a core workload is measured there.
+            control = spec.id == "none" and workload not in workloads.CORE
+            if (spec.clock == "heap" or control) and usable(spec):
+                cells.append(("heap", workload, spec.id))
     for n in workloads.IDLE_COUNTS:
         workload = f"idle-{n}"
         if not wanted(workload):

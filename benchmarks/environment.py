@@ -38,6 +38,7 @@ PEERS: List[Dict[str, Any]] = [
         "requirements": ["zprofile", "zprofile protobuf<3.21"],
         "check": ["-c", "import zprofile.cpu_profiler"],
     },
+    {"name": "memray", "requirements": ["memray"], "check": ["-c", "import memray"]},
 ]
 PLOT_PEER = {
     "name": "matplotlib",

@@ -31,8 +31,9 @@ NONE = "none"
 class Spec:
     """One profiler configuration.
 
-    ``clock`` is what the profiler measures (``cpu``, ``wall``, or ``calls``
-    for deterministic profilers); ``rate_hz`` its sampling rate, for the
+    ``clock`` is what the profiler measures (``cpu``, ``wall``, ``calls``
+    for deterministic profilers, or ``heap`` for memory profilers, which
+    are measured on the heap workloads only); ``rate_hz`` its sampling rate, for the
     overhead-vs-rate plot; ``family`` groups configurations of one tool (for
     the plot and for availability); ``quick`` puts it in ``--quick`` runs.
     """
@@ -131,6 +132,40 @@ SPECS: List[Spec] = [
         params={"interval_us": 1000},
     ),
     Spec(
+        "samprof-heap-512k",
+        "samprof heap, rate 512 KiB (default)",
+        "samprof-heap",
+        IN_PROCESS,
+        "heap",
+        quick=True,
+        params={"rate": 512 * 1024},
+    ),
+    Spec(
+        "samprof-heap-128k",
+        "samprof heap, rate 128 KiB",
+        "samprof-heap",
+        IN_PROCESS,
+        "heap",
+        params={"rate": 128 * 1024},
+    ),
+    Spec(
+        "tracemalloc-1",
+        "tracemalloc, 1 frame",
+        "tracemalloc",
+        IN_PROCESS,
+        "heap",
+        params={"frames": 1},
+    ),
+    Spec(
+        "tracemalloc-32",
+        "tracemalloc, 32 frames",
+        "tracemalloc",
+        IN_PROCESS,
+        "heap",
+        params={"frames": 32},
+    ),
+    Spec("memray", "memray Tracker (every allocation)", "memray", IN_PROCESS, "heap"),
+    Spec(
         "zprofile-cpu-100",
         "zprofile CPUProfiler (10 ms period)",
         "zprofile",
@@ -190,6 +225,19 @@ def probe(family: str) -> str:
         if family == "samprof-wall" and not hasattr(samprof, "WallProfiler"):
             raise RuntimeError("this samprof has no WallProfiler")
         return samprof.__version__
+    if family == "samprof-heap":
+        import samprof
+
+        if not hasattr(samprof, "HeapProfiler"):
+            raise RuntimeError("this samprof has no HeapProfiler")
+        return samprof.__version__
+    if family == "tracemalloc":
+        import platform
+
+        __import__("tracemalloc")
+        return f"stdlib (Python {platform.python_version()})"
+    if family == "memray":
+        return _module_version("memray", "memray")
     if family == "cProfile":
         import platform
 
@@ -295,6 +343,73 @@ def pprof_group_values(data: bytes, groups: List[str]) -> Dict[str, float]:
         for name in names & wanted:
             values[name] += sample.values[index]
     return values
+
+
+class SamprofHeap(Adapter):
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+
+    def start(self) -> None:
+        import samprof
+
+        self.profiler = samprof.HeapProfiler(rate=self.rate)
+        self.profiler.start()
+
+    def stop(self) -> Any:
+        return self.profiler.stop()
+
+    def size(self, result: Any) -> Optional[int]:
+        return len(result)
+
+    def details(self) -> Dict[str, Any]:
+        import dataclasses
+
+        stats = self.profiler.stats
+        return {} if stats is None else {"heap": dataclasses.asdict(stats)}
+
+
+class Tracemalloc(Adapter):
+    """tracemalloc traces every allocation; the result is a snapshot, as a
+    user would take one."""
+
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+
+    def start(self) -> None:
+        import tracemalloc
+
+        tracemalloc.start(self.frames)
+
+    def stop(self) -> Any:
+        import tracemalloc
+
+        snapshot = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        return snapshot
+
+
+class Memray(Adapter):
+    """memray records every allocation to a capture file (Python frames
+    only, its default)."""
+
+    def start(self) -> None:
+        import tempfile
+
+        import memray
+
+        self.dir = tempfile.mkdtemp(prefix="bench-memray-")
+        self.path = os.path.join(self.dir, "capture.bin")
+        self.tracker = memray.Tracker(self.path)
+        self.tracker.__enter__()
+
+    def stop(self) -> Any:
+        self.tracker.__exit__(None, None, None)
+        size = os.path.getsize(self.path)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return size
+
+    def size(self, result: Any) -> Optional[int]:
+        return result
 
 
 class CProfile(Adapter):
@@ -425,6 +540,12 @@ def make_adapter(spec: Spec, duration_hint_s: float) -> Adapter:
     if spec.family in ("samprof-cpu", "samprof-wall"):
         assert spec.rate_hz is not None
         return Samprof(spec.clock, spec.rate_hz, spec.params.get("engine"))
+    if spec.family == "samprof-heap":
+        return SamprofHeap(spec.params["rate"])
+    if spec.family == "tracemalloc":
+        return Tracemalloc(spec.params["frames"])
+    if spec.family == "memray":
+        return Memray()
     if spec.family == "cProfile":
         return CProfile()
     if spec.family == "yappi":

@@ -285,6 +285,13 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
     else:
         rows.append(["memory added by a profile at 100 Hz", "≤ 20 MiB", "not measured", "n/a"])
     overhead_row(
+        "CPU overhead, samprof heap at 512 KiB, allocation-heavy",
+        "samprof-heap-512k",
+        3,
+        ["alloc-heavy"],
+    )
+    overhead_row("CPU overhead, samprof heap at 512 KiB, mixed", "samprof-heap-512k", 1, ["mixed"])
+    overhead_row(
         "CPU overhead, samprof wall at 100 Hz, 100 idle threads",
         "samprof-wall-100",
         2,
@@ -749,6 +756,29 @@ def markdown(results: Dict[str, Any], image: Optional[str]) -> str:
     for note, k in notes.items():
         add(f"[{k}] {note}  ")
     add("")
+
+    heap = _workloads_of(results, "heap")
+    heap_ids = _ordered_ids(index, _section_ids(results, "heap"))
+    if heap:
+        add("## Heap profilers")
+        add("")
+        add(
+            "The CPU overhead of heap profilers on an allocation-heavy workload and on *mixed*, "
+            "with the same pairs as above, and the peak RSS each adds (MiB, median). samprof "
+            "samples one allocation per `rate` bytes on average and follows sampled blocks "
+            "until they are freed; tracemalloc records every allocation with its traceback "
+            "(1 or 32 frames) and the result here is a snapshot taken at the end; memray "
+            "records every allocation to a capture file. The *no profiler* row is the noise "
+            "control of each workload."
+        )
+        add("")
+        ids = ["none"] + [p for p in heap_ids if p != "none"]
+        add(_grid(index, heap, ids, lambda s: fmt_ratio(s["cpu"])))
+        add("")
+        add("Peak RSS added (MiB):")
+        add("")
+        add(_grid(index, heap, ids[1:], lambda s: fmt_num(s["rss_mib"], "+.1f")))
+        add("")
 
     add("## Peak RSS added")
     add("")

@@ -134,6 +134,38 @@ def group_containers() -> int:
     return n
 
 
+# Alloc-heavy: what a heap profiler's hooks see most, one thread. Every
+# allocation is made and freed in the group: small objects (pymalloc), list
+# and dict buffers (the MEM domain) and buffers of a few KiB.
+
+
+def group_objects() -> int:
+    records = [Record(f"r{i}", i) for i in range(400)]
+    n = sum(r.value for r in records)
+    del records
+    return n
+
+
+def group_buffers() -> int:
+    chunks = [bytes(512 + 97 * (i % 40)) for i in range(300)]
+    arrays = [bytearray(2048 + 256 * (i % 16)) for i in range(100)]
+    n = sum(len(c) for c in chunks) + sum(len(a) for a in arrays)
+    del chunks, arrays
+    return n
+
+
+def group_growth() -> int:
+    out: List[object] = []
+    for i in range(1500):
+        out.append((i, str(i)))
+    table = {}
+    for key, text in out:
+        table[text] = key
+    n = len(table)
+    del out, table
+    return n
+
+
 def _scale(x: int, factor: int = 3, offset: int = 1) -> int:
     return x * factor + offset
 
@@ -256,6 +288,19 @@ class Mixed(Workload):
 
     def run(self) -> Dict[str, float]:
         return _run_groups(self.plan, self.rounds(1000))
+
+
+class AllocHeavy(Workload):
+    name = "alloc-heavy"
+    description = (
+        "objects, bytes and bytearrays of 0.5-6 KiB, growing lists and dicts, all freed "
+        "(one thread)"
+    )
+    groups = ["group_objects", "group_buffers", "group_growth"]
+    plan = [group_objects, group_buffers, group_growth]
+
+    def run(self) -> Dict[str, float]:
+        return _run_groups(self.plan, self.rounds(1400))
 
 
 class ThreadedIO(Workload):
@@ -421,13 +466,15 @@ DEPTHS = [10, 50, 200]
 
 def make(name: str, scale: float, seconds: Optional[float] = None) -> Workload:
     """The workload called ``name`` (``call-heavy``, ``mixed``,
-    ``threaded-io``, ``idle-N``, ``depth-N``, ``soak``)."""
+    ``threaded-io``, ``alloc-heavy``, ``idle-N``, ``depth-N``, ``soak``)."""
     if name == "call-heavy":
         return CallHeavy(scale)
     if name == "mixed":
         return Mixed(scale)
     if name == "threaded-io":
         return ThreadedIO(scale)
+    if name == "alloc-heavy":
+        return AllocHeavy(scale)
     if name.startswith("idle-"):
         return IdleThreads(scale, int(name[len("idle-") :]))
     if name.startswith("depth-"):

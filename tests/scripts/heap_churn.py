@@ -35,15 +35,26 @@ class Cycle:
         self.data = bytearray(300)
 
 
+BATCHES = []
+
+
 def worker(stop: threading.Event) -> None:
     keep = []
+    batches = 0
     while not stop.is_set():
-        keep.append(bytearray(2000))
-        keep.append([None] * 100)
-        keep.append({i: str(i) for i in range(20)})
-        keep.append(Cycle())
+        batches += 1
+        for _ in range(20):
+            keep.append(bytearray(2000))
+            keep.append([None] * 100)
+            keep.append({i: str(i) for i in range(20)})
+            keep.append(Cycle())
         if len(keep) > 400:
             del keep[:300]
+        # Let the main thread have the GIL between batches: each of its
+        # start/stop cycles would otherwise wait a switch interval per
+        # thread, again and again.
+        time.sleep(0.0005)
+    BATCHES.append(batches)
 
 
 def fork_child_checks() -> None:
@@ -141,6 +152,7 @@ def main() -> None:
             t.join()
     if tracemalloc.is_tracing():
         tracemalloc.stop()
+    seen["worker_batches"] = sum(BATCHES)
     seen.update(deep(depth))
     print(json.dumps(seen))
 

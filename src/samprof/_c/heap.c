@@ -113,6 +113,25 @@ heap_thread_state(void)
 #endif
 }
 
+/* samprof's own work on this thread: its allocations are not counted
+ * while it lasts (calls nest). */
+static void
+heap_busy_enter(tctx_heap_t *t)
+{
+    if (t->busy++ == 0) {
+        t->saved = t->countdown;
+        t->countdown = INT64_MAX;
+    }
+}
+
+static void
+heap_busy_exit(tctx_heap_t *t)
+{
+    if (--t->busy == 0) {
+        t->countdown = t->saved;
+    }
+}
+
 /* ------------------------------------------------------------------------
  * The live table
  * ---------------------------------------------------------------------- */
@@ -229,7 +248,7 @@ heap_forget(uintptr_t ptr)
 
 /* ptr, of size bytes, is a sampled allocation of the calling thread, which
  * holds the GIL: records its stack, and tracks it until its free. Never
- * allocates through the hooks it is called from (busy is set), and never
+ * counts the allocations it makes itself (busy is set), and never
  * makes a GC-tracked object, so it cannot start a collection. */
 static void
 heap_sample(tctx_heap_t *t, void *ptr, size_t size)
@@ -239,7 +258,7 @@ heap_sample(tctx_heap_t *t, void *ptr, size_t size)
         H.probe_seen = 1;
         return;
     }
-    t->busy++;
+    heap_busy_enter(t);
     uint16_t flags = 0;
     int depth = 0;
     PyThreadState *ts = heap_thread_state();
@@ -273,46 +292,97 @@ heap_sample(tctx_heap_t *t, void *ptr, size_t size)
         H.stats.untracked++;
         heap_release((uint32_t)index);
     }
-    t->busy--;
+    heap_busy_exit(t);
 }
 
-/* An allocation of size bytes at ptr by the calling thread: the common
- * path is one subtraction and one compare. */
-static inline void
-heap_count(tctx_heap_t *t, void *ptr, size_t size)
+/* The rest of an allocation of size bytes that did not fit under the
+ * calling thread's countdown, or met a countdown drawn for another
+ * profile; ptr is the block (not NULL). */
+static void
+heap_count_slow(tctx_heap_t *t, void *ptr, size_t size)
 {
-    if (t->busy != 0) {
+    if (t->busy != 0 || !H.enabled) {
+        /* Parked, or a hook left in someone's chain after its profile:
+         * nothing to count until a profile starts. */
+        t->epoch = H.epoch;
+        if (t->busy == 0) {
+            t->countdown = INT64_MAX;
+        }
         return;
     }
     if (t->epoch != H.epoch) {
         t->epoch = H.epoch;
         t->countdown = heap_next_countdown(t);
-    }
-    if (size < (uint64_t)t->countdown) {
-        t->countdown -= (int64_t)size;
-        return;
+        if (size < (uint64_t)t->countdown) {
+            t->countdown -= (int64_t)size;
+            return;
+        }
     }
     heap_sample(t, ptr, size);
 }
 
+/* Whether an allocation of size bytes stays under the thread's countdown
+ * (which it then takes off): the common path, a subtraction and two
+ * compares. Anything else (a sample is due, the countdown belongs to
+ * another profile) is for heap_count_slow once the block exists. The
+ * countdown goes down before the allocation is made; one that fails
+ * still moved the sampling point, which changes no expectation. */
+static inline int
+heap_fits(tctx_heap_t *t, size_t size)
+{
+    if (size < (uint64_t)t->countdown && t->epoch == H.epoch) {
+        t->countdown -= (int64_t)size;
+        return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------
- * The hooks. The allocator below is called with busy raised, so that an
- * allocator that calls into another hooked domain (a debug or tracing
- * layer) is not counted twice.
+ * The hooks. In CPython the MEM and OBJ allocators never call each other
+ * (pymalloc falls back to the RAW domain, which is not hooked), so each
+ * allocation passes one hook once; samprof's own allocations are kept out
+ * by the busy counter.
  * ---------------------------------------------------------------------- */
+
+/* The hooks' own common paths are tail calls to the allocator below;
+ * everything else is in these, out of line, so that the common path sets
+ * up no stack frame. */
+static __attribute__((noinline)) void *
+heap_malloc_slow(heap_hook_t *h, tctx_heap_t *t, size_t size)
+{
+    void *p = h->orig.malloc(h->orig.ctx, size);
+    if (p != NULL) {
+        heap_count_slow(t, p, size);
+    }
+    return p;
+}
+
+static __attribute__((noinline)) void *
+heap_calloc_slow(heap_hook_t *h, tctx_heap_t *t, size_t nelem, size_t elsize)
+{
+    void *p = h->orig.calloc(h->orig.ctx, nelem, elsize);
+    if (p != NULL) {
+        heap_count_slow(t, p, nelem * elsize);
+    }
+    return p;
+}
+
+static __attribute__((noinline)) void
+heap_free_slow(heap_hook_t *h, void *ptr)
+{
+    heap_forget((uintptr_t)ptr);
+    h->orig.free(h->orig.ctx, ptr);
+}
 
 static void *
 heap_malloc(void *ctx, size_t size)
 {
     heap_hook_t *h = ctx;
     tctx_heap_t *t = tctx_heap();
-    t->busy++;
-    void *p = h->orig.malloc(h->orig.ctx, size);
-    t->busy--;
-    if (p != NULL && H.enabled) {
-        heap_count(t, p, size);
+    if (heap_fits(t, size)) {
+        return h->orig.malloc(h->orig.ctx, size);
     }
-    return p;
+    return heap_malloc_slow(h, t, size);
 }
 
 static void *
@@ -320,14 +390,14 @@ heap_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     heap_hook_t *h = ctx;
     tctx_heap_t *t = tctx_heap();
-    t->busy++;
-    void *p = h->orig.calloc(h->orig.ctx, nelem, elsize);
-    t->busy--;
-    if (p != NULL && H.enabled) {
-        /* The product did not overflow: the allocation succeeded. */
-        heap_count(t, p, nelem * elsize);
+    size_t size;
+    if (__builtin_mul_overflow(nelem, elsize, &size)) {
+        return h->orig.calloc(h->orig.ctx, nelem, elsize); /* fails */
     }
-    return p;
+    if (heap_fits(t, size)) {
+        return h->orig.calloc(h->orig.ctx, nelem, elsize);
+    }
+    return heap_calloc_slow(h, t, nelem, elsize);
 }
 
 /* A realloc is the free of the old block and the allocation of the new
@@ -337,26 +407,30 @@ heap_realloc(void *ctx, void *ptr, size_t size)
 {
     heap_hook_t *h = ctx;
     tctx_heap_t *t = tctx_heap();
-    t->busy++;
     void *p = h->orig.realloc(h->orig.ctx, ptr, size);
-    t->busy--;
-    if (p != NULL && H.enabled) {
-        if (ptr != NULL && H.n_live != 0) {
-            heap_forget((uintptr_t)ptr);
-        }
-        heap_count(t, p, size);
+    if (p == NULL) {
+        return NULL;
+    }
+    if (ptr != NULL && H.n_live != 0) {
+        heap_forget((uintptr_t)ptr);
+    }
+    if (!heap_fits(t, size)) {
+        heap_count_slow(t, p, size);
     }
     return p;
 }
 
-/* Frees are tracked even while busy: a block freed by samprof's own work
- * must still leave the in-use values. */
+/* Frees are tracked whoever makes them, samprof included: a sampled block
+ * must leave the in-use values however it dies. n_live is 0 while no
+ * profile runs; a block whose home slot is empty is not in the table. */
 static void
 heap_free(void *ctx, void *ptr)
 {
     heap_hook_t *h = ctx;
-    if (ptr != NULL && H.enabled && H.n_live != 0) {
-        heap_forget((uintptr_t)ptr);
+    if (H.n_live != 0 && ptr != NULL
+        && H.live[heap_slot((uintptr_t)ptr)].ptr != 0) {
+        heap_free_slow(h, ptr);
+        return;
     }
     h->orig.free(h->orig.ctx, ptr);
 }
@@ -437,6 +511,7 @@ heap_hooks_reached(void)
     tctx_heap_t *t = tctx_heap();
     uint32_t busy = t->busy;
     int64_t countdown = t->countdown;
+    uint32_t epoch = t->epoch;
     int reached = 1;
     H.probing = 1;
     t->busy = 0;
@@ -457,6 +532,7 @@ heap_hooks_reached(void)
     H.probing = 0;
     t->busy = busy;
     t->countdown = countdown;
+    t->epoch = epoch;
     return reached;
 }
 
@@ -534,7 +610,7 @@ heap_encode(int allocs, pb_buf_t *out)
     if (!heap_hooks_reached()) {
         H.stats.hooks_lost = 1;
     }
-    t->busy++; /* names are looked up in Python: not the program's */
+    heap_busy_enter(t); /* names are looked up in Python: not the program's */
     collect_resolve_thread_names(&H.session);
     heap_stats_t st;
     heap_get_stats(&st);
@@ -565,7 +641,7 @@ heap_encode(int allocs, pb_buf_t *out)
         .values_arg = &H.rate,
     };
     int rc = collect_encode(&H.session, &meta, out);
-    t->busy--;
+    heap_busy_exit(t);
     return rc;
 }
 

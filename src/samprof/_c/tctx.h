@@ -27,13 +27,16 @@ extern TCTX_TLS uint8_t tctx_samprof_flag;  /* 1 on samprof's own threads */
 
 /* A thread's heap sampling state (heap.c): a countdown of allocated bytes
  * to the next sample, drawn for one heap profile, with its own random
- * numbers. */
+ * numbers. While busy, the countdown is parked out of reach (the saved
+ * value comes back when busy drops to 0), so that the hooks' common path
+ * needs no test of its own. */
 typedef struct {
     int64_t countdown; /* bytes to allocate before the next sample */
+    int64_t saved;     /* the countdown while parked */
     uint64_t rng;      /* xorshift64* state, 0 = not seeded yet */
     uint32_t epoch;    /* the heap profile countdown was drawn for */
-    uint32_t busy;     /* > 0: allocations are not counted (inside a hook,
-                          or one of samprof's own threads) */
+    uint32_t busy;     /* > 0: allocations are not counted (samprof's own
+                          work, or one of samprof's own threads) */
 } tctx_heap_t;
 extern TCTX_TLS tctx_heap_t tctx_heap_state;
 
@@ -98,6 +101,7 @@ tctx_mark_samprof_thread(void)
 {
     tctx_samprof_flag = 1;
     tctx_heap_state.busy = 1;
+    tctx_heap_state.countdown = INT64_MAX;
 }
 
 /* The thread's heap sampling state. */
