@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import atexit
 import gzip
 import os
-import threading
 import warnings
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional
 
 from samprof import _core
-from samprof._profiler import ProfilerError, _arm_new_threads, _hidden_files
+from samprof._profiler import (
+    ProfilerError,
+    _arm_new_threads,
+    _hidden_files,
+    _Lifecycle,
+    _Slot,
+)
 
 _KINDS = ("heap", "allocs")
-# One heap profile runs at a time in a process; this lock orders start,
-# snapshot and stop from several threads.
-_lock = threading.Lock()
-_active: Optional["HeapProfiler"] = None
+# One heap profile runs at a time in a process. At exit it is stopped, so
+# that no hook samples while the interpreter tears itself down.
+_slot = _Slot()
 _hidden_files.add(os.path.abspath(__file__))
 
 
@@ -81,7 +83,7 @@ def _check_kind(kind: object) -> bool:
     return kind == "allocs"
 
 
-class HeapProfiler:
+class HeapProfiler(_Lifecycle):
     """Samples the allocations of Python's allocators, as Go's heap profile.
 
     On average one allocation per ``rate`` bytes allocated is sampled (a
@@ -131,8 +133,7 @@ class HeapProfiler:
     def start(self) -> None:
         """Install the allocator hooks and start sampling. Raises
         ProfilerError if a heap profile is already running."""
-        global _active
-        with _lock:
+        with _slot.lock:
             if self._running:
                 raise ProfilerError("this profiler is already running; call stop() first")
             if _core.heap_is_running():
@@ -143,13 +144,13 @@ class HeapProfiler:
                 self.rate, self.max_depth, self.max_live, tuple(_hidden_files), self.max_stacks
             )
             self._running = True
-            _active = self
+            _slot.active = self
             _arm_new_threads()
 
     def snapshot(self, kind: str = "heap") -> bytes:
         """The profile so far, as gzipped pprof; sampling goes on."""
         allocs = _check_kind(kind)
-        with _lock:
+        with _slot.lock:
             if not self._running:
                 raise ProfilerError("snapshot() called on a profiler that is not running")
             raw, stats = _core.heap_snapshot(allocs)
@@ -158,9 +159,8 @@ class HeapProfiler:
 
     def stop(self, kind: str = "heap") -> bytes:
         """Remove the hooks; return the final profile as gzipped pprof."""
-        global _active
         allocs = _check_kind(kind)
-        with _lock:
+        with _slot.lock:
             if not self._running:
                 raise ProfilerError("stop() called on a profiler that is not running")
             try:
@@ -168,7 +168,7 @@ class HeapProfiler:
             finally:
                 # The core stops even when the last profile cannot be made.
                 self._running = False
-                _active = None
+                _slot.active = None
         self.stats = HeapStats._from_core(stats, left)
         if left and not self.stats.hooks_lost:
             warnings.warn(
@@ -188,48 +188,3 @@ class HeapProfiler:
             )
         self.result = gzip.compress(raw, compresslevel=6, mtime=0)
         return self.result
-
-    @property
-    def running(self) -> bool:
-        """True between start() and stop()."""
-        return self._running
-
-    def __enter__(self) -> "HeapProfiler":
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if self._running:
-            self.stop()
-
-
-def _stop_at_exit() -> None:
-    # Hooks must not sample while the interpreter tears itself down. The
-    # profile is discarded.
-    prof = _active
-    if prof is not None and prof._running:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prof.stop()
-        except Exception:
-            pass
-
-
-def _after_fork_in_child() -> None:
-    # The core stopped the child's copy (samprof._profiler's fork handler
-    # calls into it); the parent's profile stays with the parent.
-    global _active, _lock
-    _lock = threading.Lock()
-    if _active is not None:
-        _active._running = False
-        _active = None
-
-
-atexit.register(_stop_at_exit)
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -11,21 +11,16 @@ import os
 import signal as _signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Type, TypeVar
 
 from samprof import _core
 
 ProfilerError = _core.ProfilerError
 
 _ENGINES = ("auto", "perf", "timer", "itimer")
-# The core handles one profile at a time; this lock makes start/stop from
-# several Python threads well ordered.
-_lock = threading.Lock()
-# The profiler object that is running, if any: stopped at interpreter exit,
-# and marked stopped in a forked child.
-_active: Optional["_Profiler"] = None
 # Files whose frames are samprof's own and never shown. The CLI adds its
 # runner. Absolute paths, as in code objects.
 _hidden_files = {os.path.abspath(__file__)}
@@ -135,7 +130,80 @@ def _check_hz(hz: object) -> int:
     return int(hz)
 
 
-class _Profiler:
+_L = TypeVar("_L", bound="_Lifecycle")
+
+
+class _Lifecycle:
+    """What every profiler class shares: ``running``, and use as a context
+    manager that starts it and stops it at the end of the block."""
+
+    _running = False
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> bytes:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        """True between start() and stop()."""
+        return self._running
+
+    def __enter__(self: _L) -> _L:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._running:
+            self.stop()
+
+
+def _discard(prof: Optional[_Lifecycle]) -> None:
+    """Stops prof if it runs, at interpreter exit: the profile, errors and
+    warnings go nowhere."""
+    if prof is not None and prof._running:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.stop()
+        except Exception:
+            pass
+
+
+class _Slot:
+    """The one profile of a kind that may run in a process: a lock that
+    orders start and stop from several threads, and the profiler that
+    runs, if any. At interpreter exit it is stopped (the profile is
+    discarded); in a forked child it is marked stopped (the core stopped
+    the child's copy), and the parent's profile stays with the parent."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: Optional[_Lifecycle] = None
+        atexit.register(self._at_exit)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _at_exit(self) -> None:
+        _discard(self.active)
+
+    def _after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+        if self.active is not None:
+            self.active._running = False
+            self.active = None
+
+
+# CPU and wall profiles share the core's one time-profile slot.
+_slot = _Slot()
+
+
+class _Profiler(_Lifecycle):
     _mode = "cpu"
 
     def __init__(
@@ -173,8 +241,7 @@ class _Profiler:
     def start(self) -> None:
         """Start sampling. Raises ProfilerError if a profile is already
         running in this process or the signal is taken."""
-        global _active
-        with _lock:
+        with _slot.lock:
             if self._running:
                 raise ProfilerError("this profiler is already running; call stop() first")
             _core.start(
@@ -187,19 +254,18 @@ class _Profiler:
                 self.max_stacks,
             )
             self._running = True
-            _active = self
+            _slot.active = self
             _arm_new_threads()
             if _core.gc_callback not in gc.callbacks:
                 gc.callbacks.append(_core.gc_callback)
 
     def stop(self) -> bytes:
         """Stop sampling and return the profile as gzipped pprof bytes."""
-        global _active
-        with _lock:
+        with _slot.lock:
             if not self._running:
                 raise ProfilerError("stop() called on a profiler that is not running")
             self._running = False
-            _active = None
+            _slot.active = None
             _remove_gc_callback()
             raw, stats = _core.stop()
         self.stats = ProfileStats._from_core(stats)
@@ -222,50 +288,16 @@ class _Profiler:
             data = self.stop()
         return data
 
-    @property
-    def running(self) -> bool:
-        """True between start() and stop()."""
-        return self._running
-
-    def __enter__(self) -> "_Profiler":
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if self._running:
-            self.stop()
-
-
-def _stop_at_exit() -> None:
-    # The collector and the wall sampler take the GIL; they must be gone
-    # before the interpreter finalizes. The profile is discarded.
-    prof = _active
-    if prof is not None and prof._running:
-        try:
-            prof.stop()
-        except Exception:
-            pass
-
 
 def _after_fork_in_child() -> None:
-    # Profiling is off in a forked child (the C atfork handler stopped it);
-    # the parent's profile stays with the parent. Start a new profiler in
-    # the child to profile it.
-    global _active, _lock
-    _lock = threading.Lock()
-    if _active is not None:
-        _active._running = False
-        _active = None
+    # Profiling is off in a forked child (the C atfork handler stopped the
+    # time profile; this stops the heap profile): start a new profiler in
+    # the child to profile it. The collector and the wall sampler take the
+    # GIL, so _slot stops them at exit, before the interpreter finalizes.
     _remove_gc_callback()
     _core._after_fork_child()
 
 
-atexit.register(_stop_at_exit)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import sys
 import threading
 
 import pytest
@@ -190,3 +191,27 @@ def test_live_table_cap_counts_untracked():
     view = check_profile(gzip.decompress(prof.result), go=False)
     assert any("untracked=" in c for c in view.comments)
     del held
+
+
+def test_realloc_is_a_free_and_an_allocation():
+    """A list grown by appends reallocates its item array again and again:
+    every step is an allocation, and only the last array is in use (with
+    the list object itself, unless it came from CPython's free list)."""
+
+    def grow():
+        lst = []
+        for _ in range(10_000):
+            lst.append(None)
+        return lst
+
+    with samprof.HeapProfiler(rate=1) as prof:
+        kept = grow()
+    view = check_profile(gzip.decompress(prof.result), go=False)
+    items = sys.getsizeof(kept) - sys.getsizeof([])
+    inuse = total_under(view, "grow", "inuse_space")
+    assert inuse in (items, sys.getsizeof(kept)), (inuse, items)
+    assert total_under(view, "grow", "inuse_objects") in (1, 2)
+    # 10,000 appends take dozens of reallocations (the array grows by
+    # about 1/8 each time).
+    assert total_under(view, "grow", "alloc_objects") > 20
+    del kept

@@ -658,11 +658,11 @@ heap_running(void)
 static void
 heap_free_state(void)
 {
+    H.n_live = 0;
     collect_free(&H.session);
     free(H.live);
     H.live = NULL;
     H.live_mask = 0;
-    H.n_live = 0;
     PyMem_RawFree(H.frames);
     H.frames = NULL;
 }
@@ -725,7 +725,10 @@ heap_stop(void)
     if (!H.enabled) {
         return 0;
     }
+    /* From here frees no longer look at the table, which goes next (its
+     * profile's teardown frees Python objects through the hooks). */
     H.enabled = 0;
+    H.n_live = 0;
     int stayed = heap_unhook();
     heap_free_state();
     return stayed;
