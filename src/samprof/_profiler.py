@@ -199,7 +199,9 @@ class _Slot:
             self.active = None
 
 
-# CPU and wall profiles share the core's one time-profile slot.
+# CPU and wall profiles share the core's one time-profile slot. Its
+# collector and wall sampler threads take the GIL, so they must be gone
+# before the interpreter finalizes: the slot stops them at exit.
 _slot = _Slot()
 
 
@@ -291,9 +293,8 @@ class _Profiler(_Lifecycle):
 
 def _after_fork_in_child() -> None:
     # Profiling is off in a forked child (the C atfork handler stopped the
-    # time profile; this stops the heap profile): start a new profiler in
-    # the child to profile it. The collector and the wall sampler take the
-    # GIL, so _slot stops them at exit, before the interpreter finalizes.
+    # time profile; _after_fork_child frees it and stops the heap profile):
+    # start a new profiler in the child to profile it.
     _remove_gc_callback()
     _core._after_fork_child()
 

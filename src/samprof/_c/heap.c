@@ -3,11 +3,13 @@
  * contract; docs/design.md §8 the scheme).
  *
  * Costs, in the order a program pays them: every allocation pays a
- * thread-local subtraction and compare; every free pays one probe of the
- * live table when something is tracked; only a sampled allocation (one per
- * rate bytes on average) reads the stack and touches the profile. */
+ * thread-local compare and subtraction before a tail call to the allocator
+ * below; every free looks at one slot of the live table while something
+ * is tracked; only a sampled allocation (one per rate bytes on average)
+ * reads the stack and touches the profile. */
 #include "heap.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +62,8 @@ static struct {
     size_t max_live;
 
     heap_stats_t stats;
-    int probing;    /* heap_probe is checking that our hooks are called */
+    int probing;    /* heap_hooks_reached is checking that our hooks are
+                       called */
     int probe_seen; /* a hook was called while probing */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
@@ -602,10 +605,7 @@ heap_name_this_thread(PyObject *name)
 int
 heap_encode(int allocs, pb_buf_t *out)
 {
-    if (!H.enabled) {
-        PyErr_SetString(PyExc_RuntimeError, "no heap profile is running");
-        return -1;
-    }
+    assert(H.enabled);
     tctx_heap_t *t = tctx_heap();
     if (!heap_hooks_reached()) {
         H.stats.hooks_lost = 1;
@@ -670,17 +670,8 @@ heap_free_state(void)
 int
 heap_start(const heap_config_t *cfg)
 {
-    if (H.enabled) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "a heap profile is already running in this "
-                        "process; stop it first");
-        return -1;
-    }
-    if (cfg->rate < 1 || cfg->max_depth < 1 || cfg->max_live < 1) {
-        PyErr_SetString(PyExc_ValueError,
-                        "rate, max_depth and max_live must be >= 1");
-        return -1;
-    }
+    assert(!H.enabled);
+    assert(cfg->rate >= 1 && cfg->max_depth >= 1 && cfg->max_live >= 1);
     /* alloc_objects, alloc_space, inuse_objects, inuse_space */
     if (collect_init(&H.session, 4, cfg->max_depth, 0, cfg->hidden_file,
                      cfg->labelsets, cfg->max_samples)

@@ -51,16 +51,16 @@ typedef struct {
     int64_t duration_ns;
 } heap_stats_t;
 
-/* Installs the hooks and starts sampling. Returns 0, or -1 with an
- * exception set (a heap profile already runs, bad configuration, out of
- * memory). */
+/* Installs the hooks and starts sampling. The caller has checked cfg (every
+ * count >= 1) and that no heap profile runs. Returns 0, or -1 with an
+ * exception set (out of memory). */
 int heap_start(const heap_config_t *cfg);
 int heap_running(void);
 
 /* Appends the profile so far to out as an uncompressed pprof message:
  * Go's "allocs" profile (default sample type alloc_space) or its "heap"
- * profile (in-use space shown by default). Returns 0, or -1 with an
- * exception set. The profile keeps running. */
+ * profile (in-use space shown by default). Only while a profile runs.
+ * Returns 0, or -1 with an exception set. The profile keeps running. */
 int heap_encode(int allocs, pb_buf_t *out);
 
 void heap_get_stats(heap_stats_t *st);
