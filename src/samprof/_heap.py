@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ class HeapStats:
     someone removed samprof's allocator hooks (``tracemalloc.stop()`` after
     a ``tracemalloc.start()`` made before samprof's start does): frees are
     missed from then on. ``hooks_left`` (after stop) counts hooks that
-    stayed in another allocator's chain, passing calls through.
+    stayed in another allocator's chain, passing calls through. ``numpy``
+    is true while numpy's array data is counted too.
     """
 
     rate: int
@@ -47,6 +49,7 @@ class HeapStats:
     truncated: int
     hooks_lost: bool
     hooks_left: int
+    numpy: bool
     profile_bytes: int
     duration_s: float
 
@@ -58,11 +61,19 @@ class HeapStats:
             live=d["live"],
             untracked=d["untracked"],
             dropped={
-                k: d[k] for k in ("torn", "stack_table_full", "unknown_frames", "out_of_memory")
+                k: d[k]
+                for k in (
+                    "torn",
+                    "stack_table_full",
+                    "unknown_frames",
+                    "out_of_memory",
+                    "numpy_no_gil",
+                )
             },
             truncated=d["truncated"],
             hooks_lost=bool(d["hooks_lost"]),
             hooks_left=hooks_left,
+            numpy=bool(d["numpy"]),
             profile_bytes=d["profile_bytes"],
             duration_s=d["duration_ns"] / 1e9,
         )
@@ -74,6 +85,32 @@ def _positive_int(name: str, value: object, top: Optional[int] = None) -> int:
     if top is not None and value > top:
         raise ValueError(f"{name} must be at most {top}, got {value!r}")
     return value
+
+
+# numpy 1.22 brought data-memory handlers (PyDataMem_SetHandler).
+_NUMPY_MIN = (1, 22)
+
+
+def _numpy_api() -> object:
+    """numpy's C-API capsule, for counting its array data. numpy is
+    imported if it is not yet: a program that starts the profile first
+    and imports numpy later is covered too."""
+    try:
+        import numpy
+    except ImportError as e:
+        raise ProfilerError(f"numpy=True, but numpy cannot be imported: {e}") from e
+    version = tuple(int(p) for p in numpy.__version__.split(".")[:2] if p.isdigit())
+    if version < _NUMPY_MIN:
+        raise ProfilerError(
+            f"numpy=True needs numpy 1.22 or newer (data-memory handlers); "
+            f"this is numpy {numpy.__version__}"
+        )
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            return importlib.import_module(name)._ARRAY_API
+        except (ImportError, AttributeError):
+            continue
+    raise ProfilerError(f"numpy {numpy.__version__}: its C API (_ARRAY_API) was not found")
 
 
 def _check_kind(kind: object) -> bool:
@@ -97,7 +134,12 @@ class HeapProfiler(_Lifecycle):
     Hooks cover the MEM and OBJ domains (``PyMem_Malloc``,
     ``PyObject_Malloc``): Python objects, and the buffers of lists, dicts,
     bytes and the like. Memory a C extension takes from ``malloc``
-    directly (numpy's array data, for one) is not seen.
+    directly is not seen. numpy's array data is not either, unless
+    ``numpy=True`` (numpy 1.22 or newer): a numpy data-memory handler of
+    samprof's then counts it, in the context where start() runs, the
+    contexts copied from it later (asyncio tasks made afterwards) and
+    every thread ``threading`` starts while the profile runs. Threads
+    already running keep numpy's handler and are not counted.
 
     Example::
 
@@ -119,11 +161,15 @@ class HeapProfiler(_Lifecycle):
         max_depth: int = 256,
         max_live: int = _core.HEAP_MAX_LIVE,
         max_stacks: int = _core.MAX_SAMPLES,
+        numpy: bool = False,
     ) -> None:
         self.rate = _positive_int("rate", rate)
         self.max_depth = _positive_int("max_depth", max_depth, _core.MAX_DEPTH)
         self.max_live = _positive_int("max_live", max_live)
         self.max_stacks = _positive_int("max_stacks", max_stacks)
+        if not isinstance(numpy, bool):
+            raise TypeError(f"numpy must be True or False, got {numpy!r}")
+        self.numpy = numpy
         self._running = False
         #: The gzipped pprof of the last stop().
         self.result: Optional[bytes] = None
@@ -132,7 +178,9 @@ class HeapProfiler(_Lifecycle):
 
     def start(self) -> None:
         """Install the allocator hooks and start sampling. Raises
-        ProfilerError if a heap profile is already running."""
+        ProfilerError if a heap profile is already running, or if
+        ``numpy=True`` and numpy 1.22 or newer cannot be imported."""
+        numpy_api = _numpy_api() if self.numpy else None
         with _slot.lock:
             if self._running:
                 raise ProfilerError("this profiler is already running; call stop() first")
@@ -140,9 +188,19 @@ class HeapProfiler(_Lifecycle):
                 raise ProfilerError(
                     "a heap profile is already running in this process; stop it first"
                 )
-            _core.heap_start(
-                self.rate, self.max_depth, self.max_live, tuple(_hidden_files), self.max_stacks
-            )
+            try:
+                _core.heap_start(
+                    self.rate,
+                    self.max_depth,
+                    self.max_live,
+                    tuple(_hidden_files),
+                    self.max_stacks,
+                    numpy_api,
+                )
+            except RuntimeError as e:  # numpy's handler could not be set
+                if isinstance(e, ProfilerError):
+                    raise
+                raise ProfilerError(f"numpy=True: {e}") from e
             self._running = True
             _slot.active = self
             _arm_new_threads()

@@ -27,13 +27,14 @@ _hidden_files = {os.path.abspath(__file__)}
 
 
 def _arm_new_threads() -> None:
-    """Makes every threading.Thread arm its own timer as it starts, and
-    give its name to the heap profile as it ends.
+    """Makes every threading.Thread arm its own timer as it starts, put
+    the heap profile's numpy handler in place when there is one, and give
+    its name to the heap profile as it ends.
 
     The core finds new threads by rescanning /proc every 10 ms; a thread
     that lives shorter than that would go unsampled. A heap profile's
     samples outlive their threads, whose names can no longer be looked up
-    when the profile is written. Installed once; it costs two C calls per
+    when the profile is written. Installed once; it costs three C calls per
     thread, and nothing more unless a profile runs.
     """
     original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
@@ -43,6 +44,8 @@ def _arm_new_threads() -> None:
     def _bootstrap_inner(self: threading.Thread) -> None:
         if _core.is_running():
             _core._arm_this_thread()
+        if _core.heap_is_running():
+            _core._heap_numpy_thread()
         try:
             original(self)
         finally:

@@ -5,6 +5,8 @@ from typing import Any, Dict, Tuple
 MAX_SAMPLES: int
 MAX_HZ: int
 MAX_DEPTH: int
+HEAP_RATE: int
+HEAP_MAX_LIVE: int
 
 class ProfilerError(RuntimeError): ...
 
@@ -32,6 +34,23 @@ def gc_callback(phase: str, info: Dict[str, Any]) -> None: ...
 def _after_fork_child() -> None: ...
 def _arm_this_thread() -> None: ...
 def _encode_synthetic(n: int, depth: int) -> Tuple[bytes, float]: ...
+def heap_start(
+    rate: int,
+    max_depth: int,
+    max_live: int,
+    hidden_files: Tuple[str, ...],
+    max_stacks: int,
+    numpy_api: object,
+) -> None:
+    """Start the heap profile; numpy_api is numpy's _ARRAY_API capsule or None."""
+
+def heap_snapshot(allocs: bool) -> Tuple[bytes, Dict[str, Any]]: ...
+def heap_stop(allocs: bool) -> Tuple[Tuple[bytes, Dict[str, Any]], int]:
+    """Stop; return ((uncompressed pprof bytes, stats dict), hooks left)."""
+
+def heap_is_running() -> bool: ...
+def _heap_thread_exiting(name: str) -> None: ...
+def _heap_numpy_thread() -> None: ...
 
 class labels:
     """Context manager: string labels on the samples taken inside."""

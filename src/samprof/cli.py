@@ -2,8 +2,8 @@
 
 ::
 
-    samprof record [--mode cpu|wall|heap] [--hz N | --rate BYTES] [-o FILE]
-                   [--] script.py [args ...]
+    samprof record [--mode cpu|wall|heap] [--hz N | --rate BYTES [--numpy]]
+                   [-o FILE] [--] script.py [args ...]
     samprof record [options] -m module [args ...]
     samprof top FILE|DIR ... [-n N] [-i TYPE] [--diff-base FILE|DIR]
 
@@ -141,6 +141,12 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         metavar="BYTES",
         help="heap: mean bytes allocated between samples (Go's MemProfileRate); "
         "default 524288 (512 KiB); 1 records every allocation",
+    )
+    record.add_argument(
+        "--numpy",
+        action="store_true",
+        help="heap: count numpy's array data too (numpy 1.22 or newer), which "
+        "numpy allocates outside Python's allocators",
     )
     record.add_argument(
         "--engine",
@@ -451,9 +457,10 @@ def _make_profiler(
         if opts.signal != signal.SIGPROF:
             parser.error("argument --signal: applies to --mode cpu and wall, not heap")
         kwargs = {} if opts.rate is None else {"rate": opts.rate}
-        return classes["heap"](**kwargs)
-    if opts.rate is not None:
-        parser.error(f"argument --rate: applies to --mode heap, not {opts.mode}")
+        return classes["heap"](numpy=opts.numpy, **kwargs)
+    for name, given in (("--rate", opts.rate is not None), ("--numpy", opts.numpy)):
+        if given:
+            parser.error(f"argument {name}: applies to --mode heap, not {opts.mode}")
     return classes[opts.mode](
         100 if opts.hz is None else opts.hz,
         engine=opts.engine or "auto",
@@ -465,6 +472,8 @@ def _summary(stats: Any) -> str:
     """One line on what a finished profile holds and what it lost."""
     if hasattr(stats, "sampled"):  # HeapStats
         summary = f"{stats.sampled} sampled allocations at rate {stats.rate}, {stats.live} live"
+        if stats.numpy:
+            summary += ", numpy's array data included"
         if stats.untracked:
             summary += f", {stats.untracked} untracked (live table full)"
     else:

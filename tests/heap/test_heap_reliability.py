@@ -82,14 +82,16 @@ def test_tracemalloc_stopped_under_us_is_reported(no_tracemalloc):
 
 
 def test_churn_threads_fork_tracemalloc_and_deep_stacks():
-    """1,000 start/stop cycles while four threads allocate; tracemalloc
-    toggled around them; a fork with the profile running; a deep recursion.
-    Run under ASan+UBSan by make test-sanitize."""
+    """1,000 start/stop cycles (half with numpy=True) while four threads
+    allocate; tracemalloc toggled around them; a fork with the profile
+    running; a deep recursion. Run under ASan+UBSan by make
+    test-sanitize."""
     r = last_json(run_script("heap_churn.py", "1000", "20000", timeout=600).stdout)
     assert r["fork"] == 0, r
     assert r["sampled"] > 0
     assert r["worker_batches"] >= 100, r  # the threads did allocate meanwhile
     assert r["left"] > 0  # tracemalloc started above ours in some cycles
+    assert r["numpy"] == 500 and r["no_gil"] == 0, r
     assert r["truncated"] > 0 and r["kept"] == 100, r
 
 

@@ -2,9 +2,12 @@
 
     python heap_churn.py CYCLES DEPTH
 
-Four threads allocate and free (bytes, lists, dicts, cycles for the GC)
-while the main thread starts and stops a heap profile CYCLES times, at a
-small rate so that sampled blocks come and go all the time. tracemalloc is
+Four threads allocate and free (bytes, lists, dicts, cycles for the GC,
+numpy arrays) while the main thread starts and stops a heap profile CYCLES
+times, at a small rate so that sampled blocks come and go all the time.
+Every other profile counts numpy's array data too (numpy=True), and some
+start a short thread that makes arrays under samprof's numpy handler and
+ends, leaving arrays that outlive the profile. tracemalloc is
 started before some profiles and after others, and stopped while they run
 and after they stop, so samprof's hooks are wrapped, unwrapped and
 dropped. Halfway, the process forks with the profile running; the child
@@ -25,6 +28,8 @@ import threading
 import time
 import tracemalloc
 import warnings
+
+import numpy as np
 
 import samprof
 
@@ -48,7 +53,8 @@ def worker(stop: threading.Event) -> None:
             keep.append([None] * 100)
             keep.append({i: str(i) for i in range(20)})
             keep.append(Cycle())
-        if len(keep) > 400:
+            keep.append(np.ones(64 + len(keep) % 512))
+        if len(keep) > 500:
             del keep[:300]
         # Let the main thread have the GIL between batches: each of its
         # start/stop cycles would otherwise wait a switch interval per
@@ -63,8 +69,9 @@ def fork_child_checks() -> None:
     status = 0
     try:
         assert not samprof.HeapProfiler().running
-        with samprof.HeapProfiler(rate=1024) as prof:
+        with samprof.HeapProfiler(rate=1024, numpy=True) as prof:
             junk = [bytearray(100) for _ in range(1000)]
+            junk += [np.zeros(1000) for _ in range(100)]
             del junk
         assert prof.stats.sampled > 0, prof.stats
         gzip.decompress(prof.result)
@@ -110,6 +117,24 @@ def deep(depth: int) -> dict:
     return result
 
 
+SHORT_LIVED = []
+
+
+def arrays_in_a_thread() -> None:
+    """A thread that starts while a profile runs, makes arrays (some kept
+    past its end and the profile's) and ends."""
+
+    def run() -> None:
+        made = [np.arange(i * 100) for i in range(1, 40)]
+        SHORT_LIVED.append(made[::3])
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if len(SHORT_LIVED) > 20:
+        del SHORT_LIVED[:10]
+
+
 def main() -> None:
     cycles = int(sys.argv[1])
     depth = int(sys.argv[2])
@@ -117,17 +142,20 @@ def main() -> None:
     threads = [threading.Thread(target=worker, args=(stop,)) for _ in range(4)]
     for t in threads:
         t.start()
-    seen = {"left": 0, "lost": 0, "sampled": 0, "fork": None}
+    seen = {"left": 0, "lost": 0, "sampled": 0, "numpy": 0, "no_gil": 0, "fork": None}
     try:
         for i in range(cycles):
             phase = i % 10
             if phase == 1:
                 tracemalloc.start(1)  # below ours
-            prof = samprof.HeapProfiler(rate=4096)
+            prof = samprof.HeapProfiler(rate=4096, numpy=i % 2 == 0)
             prof.start()
             if phase == 3:
                 tracemalloc.start(4)  # above ours
             junk = [bytearray(500) for _ in range(50)]
+            junk.append(np.empty(1000 + i))
+            if phase in (0, 4):
+                arrays_in_a_thread()
             if phase == 5 and tracemalloc.is_tracing():
                 tracemalloc.stop()  # while ours runs: may drop ours
             if i % 25 == 0:
@@ -144,6 +172,8 @@ def main() -> None:
             seen["left"] += prof.stats.hooks_left
             seen["lost"] += prof.stats.hooks_lost
             seen["sampled"] += prof.stats.sampled
+            seen["numpy"] += prof.stats.numpy
+            seen["no_gil"] += prof.stats.dropped["numpy_no_gil"]
             if phase in (7, 9) and tracemalloc.is_tracing():
                 tracemalloc.stop()
     finally:

@@ -438,6 +438,23 @@ heap_free(void *ctx, void *ptr)
     h->orig.free(h->orig.ctx, ptr);
 }
 
+void
+heap_count_block(void *ptr, size_t size)
+{
+    tctx_heap_t *t = tctx_heap();
+    if (!heap_fits(t, size)) {
+        heap_count_slow(t, ptr, size);
+    }
+}
+
+void
+heap_forget_block(void *ptr)
+{
+    if (H.n_live != 0 && ptr != NULL) {
+        heap_forget((uintptr_t)ptr);
+    }
+}
+
 static int
 heap_is_ours(const PyMemAllocatorEx *a)
 {

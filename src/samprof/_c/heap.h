@@ -80,4 +80,12 @@ int heap_stop(void);
  * child's copy is stopped as heap_stop does. */
 void heap_after_fork_child(void);
 
+/* For allocators hooked elsewhere (npdata.c), with the GIL held: a block
+ * of size bytes was allocated at ptr (not NULL), and is counted as the
+ * MEM and OBJ hooks count theirs; ptr is about to be freed (or was moved
+ * by a realloc), so if it was sampled it leaves the in-use values. Both
+ * do nothing while no heap profile runs. */
+void heap_count_block(void *ptr, size_t size);
+void heap_forget_block(void *ptr);
+
 #endif

@@ -21,6 +21,7 @@
 #include "collector.h"
 #include "heap.h"
 #include "labels.h"
+#include "npdata.h"
 #include "pb.h"
 #include "pprof.h"
 #include "profile.h"
@@ -520,6 +521,7 @@ module_after_fork_child(PyObject *self, PyObject *noargs)
     /* The C-level atfork handler already stopped sampling; this runs later
      * with the GIL and undoes what needs the interpreter. */
     collect_free(&M.session);
+    npdata_after_fork_child();
     heap_after_fork_child();
     Py_RETURN_NONE;
 }
@@ -608,10 +610,10 @@ module_heap_start(PyObject *self, PyObject *args)
     unsigned long long rate;
     int max_depth;
     Py_ssize_t max_live, max_samples;
-    PyObject *hidden_file;
-    if (!PyArg_ParseTuple(args, "KinO!n:heap_start", &rate, &max_depth,
-                          &max_live, &PyTuple_Type, &hidden_file,
-                          &max_samples)) {
+    PyObject *hidden_file, *numpy_api;
+    if (!PyArg_ParseTuple(args, "KinO!nO:heap_start", &rate, &max_depth,
+                          &max_live, &PyTuple_Type, &hidden_file, &max_samples,
+                          &numpy_api)) {
         return NULL;
     }
     if (max_depth < 1 || max_depth > MODULE_MAX_DEPTH) {
@@ -622,6 +624,12 @@ module_heap_start(PyObject *self, PyObject *args)
     if (rate < 1 || max_live < 1 || max_samples < 1) {
         PyErr_SetString(PyExc_ValueError,
                         "rate, max_live and max_stacks must be >= 1");
+        return NULL;
+    }
+    if (numpy_api != Py_None && !PyCapsule_CheckExact(numpy_api)) {
+        PyErr_SetString(
+            PyExc_TypeError,
+            "numpy_api must be numpy's _ARRAY_API capsule or None");
         return NULL;
     }
     if (heap_running()) {
@@ -640,6 +648,10 @@ module_heap_start(PyObject *self, PyObject *args)
     if (heap_start(&cfg) < 0) {
         return NULL;
     }
+    if (numpy_api != Py_None && npdata_start(numpy_api) < 0) {
+        (void)heap_stop();
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -647,7 +659,7 @@ static PyObject *
 module_heap_stats_dict(const heap_stats_t *st)
 {
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L}", "rate",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:i,s:K}", "rate",
         (unsigned long long)st->rate, "sampled",
         (unsigned long long)st->sampled, "live", (unsigned long long)st->live,
         "untracked", (unsigned long long)st->untracked, "torn",
@@ -658,7 +670,8 @@ module_heap_stats_dict(const heap_stats_t *st)
         (unsigned long long)st->stack_table_full, "hooks_lost",
         (unsigned long long)st->hooks_lost, "profile_bytes",
         (unsigned long long)st->profile_bytes, "duration_ns",
-        (long long)st->duration_ns);
+        (long long)st->duration_ns, "numpy", npdata_running(), "numpy_no_gil",
+        (unsigned long long)npdata_no_gil());
 }
 
 /* (raw pprof, stats dict) of the running heap profile: Go's "allocs"
@@ -704,6 +717,7 @@ module_heap_stop(PyObject *self, PyObject *args)
         return NULL;
     }
     PyObject *result = module_heap_result(allocs);
+    npdata_stop();
     int stayed = heap_stop();
     if (result == NULL) {
         return NULL;
@@ -716,6 +730,19 @@ module_heap_thread_exiting(PyObject *self, PyObject *name)
 {
     (void)self;
     heap_name_this_thread(name);
+    Py_RETURN_NONE;
+}
+
+/* A thread threading just started, while numpy's data is counted: its
+ * context starts with numpy's default handler. */
+static PyObject *
+module_heap_numpy_thread(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    if (npdata_this_thread() < 0) {
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -750,8 +777,10 @@ static PyMethodDef module_methods[] = {
     {"_arm_this_thread", module_arm_this_thread, METH_NOARGS,
      "_arm_this_thread()\n--\n\nArm the calling (new) thread's timer now."},
     {"heap_start", module_heap_start, METH_VARARGS,
-     "heap_start(rate, max_depth, max_live, hidden_files, max_stacks)\n--\n\n"
-     "Start the heap profile. Use samprof.HeapProfiler instead."},
+     "heap_start(rate, max_depth, max_live, hidden_files, max_stacks,\n"
+     "           numpy_api)\n--\n\n"
+     "Start the heap profile; numpy_api (numpy's _ARRAY_API capsule, or\n"
+     "None) counts numpy's array data too. Use samprof.HeapProfiler."},
     {"heap_snapshot", module_heap_snapshot, METH_VARARGS,
      "heap_snapshot(allocs)\n--\n\n"
      "(pprof bytes, stats dict) of the running heap profile."},
@@ -764,6 +793,9 @@ static PyMethodDef module_methods[] = {
     {"_heap_thread_exiting", module_heap_thread_exiting, METH_O,
      "_heap_thread_exiting(name)\n--\n\n"
      "The calling thread, about to exit, is called name."},
+    {"_heap_numpy_thread", module_heap_numpy_thread, METH_NOARGS,
+     "_heap_numpy_thread()\n--\n\n"
+     "Count numpy's array data in the calling, new thread too."},
     {"_after_fork_child", module_after_fork_child, METH_NOARGS,
      "_after_fork_child()\n--\n\nReset interpreter hooks in a forked child."},
     {"_encode_synthetic", module_encode_synthetic, METH_VARARGS,
