@@ -26,7 +26,7 @@ FULL_ITERATIONS = 1_600_000_000  # about 1 s of CPU here
 Pair = List[Dict[str, Any]]
 
 
-def _compiler() -> str:
+def find_compiler() -> str:
     configured = (sysconfig.get_config_var("CC") or "").split()
     for candidate in configured[:1] + ["cc", "gcc", "clang"]:
         if candidate and shutil.which(candidate):
@@ -45,7 +45,7 @@ class Floor:
         self.count = 0
         try:
             os.makedirs(workdir, exist_ok=True)
-            compiler = _compiler()
+            compiler = find_compiler()
             build = subprocess.run(
                 [compiler, "-O1", "-o", self.binary, SOURCE], capture_output=True, text=True
             )

@@ -149,6 +149,13 @@ SPECS: List[Spec] = [
         params={"rate": 128 * 1024},
     ),
     Spec(
+        "hook-floor",
+        "pass-through allocator hook (floor)",
+        "hook-floor",
+        IN_PROCESS,
+        "heap",
+    ),
+    Spec(
         "tracemalloc-1",
         "tracemalloc, 1 frame",
         "tracemalloc",
@@ -231,6 +238,9 @@ def probe(family: str) -> str:
         if not hasattr(samprof, "HeapProfiler"):
             raise RuntimeError("this samprof has no HeapProfiler")
         return samprof.__version__
+    if family == "hook-floor":
+        _hook_floor_library()
+        return "benchmarks/hook_floor.c"
     if family == "tracemalloc":
         import platform
 
@@ -366,6 +376,48 @@ class SamprofHeap(Adapter):
 
         stats = self.profiler.stats
         return {} if stats is None else {"heap": dataclasses.asdict(stats)}
+
+
+HOOK_FLOOR_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook_floor.c")
+
+
+def _hook_floor_library() -> str:
+    """hook_floor.c built for the running Python (once per interpreter,
+    under build/benchmarks/); its path. Raises RuntimeError when it cannot
+    be built."""
+    import sysconfig
+
+    from benchmarks.floor import find_compiler
+
+    tag = sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out_dir = os.path.join(root, "build", "benchmarks", "hook-floor")
+    path = os.path.join(out_dir, f"hook_floor.{tag}.so")
+    if os.path.exists(path) and os.path.getmtime(path) >= os.path.getmtime(HOOK_FLOOR_SOURCE):
+        return path
+    os.makedirs(out_dir, exist_ok=True)
+    compiler = find_compiler()
+    include = sysconfig.get_paths()["include"]
+    command = [compiler, "-O2", "-fPIC", "-shared", f"-I{include}", "-o", path, HOOK_FLOOR_SOURCE]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+    return path
+
+
+class HookFloor(Adapter):
+    """The floor under every allocator-hook profiler: hooks on the MEM and
+    OBJ domains that do nothing but call the allocator below."""
+
+    def start(self) -> None:
+        import ctypes
+
+        self.library = ctypes.PyDLL(_hook_floor_library())
+        self.library.hook_floor_start()
+
+    def stop(self) -> Any:
+        self.library.hook_floor_stop()
+        return None
 
 
 class Tracemalloc(Adapter):
@@ -542,6 +594,8 @@ def make_adapter(spec: Spec, duration_hint_s: float) -> Adapter:
         return Samprof(spec.clock, spec.rate_hz, spec.params.get("engine"))
     if spec.family == "samprof-heap":
         return SamprofHeap(spec.params["rate"])
+    if spec.family == "hook-floor":
+        return HookFloor()
     if spec.family == "tracemalloc":
         return Tracemalloc(spec.params["frames"])
     if spec.family == "memray":

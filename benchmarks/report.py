@@ -231,7 +231,11 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
     index = _index(results)
     rows = []
 
-    def overhead_row(what: str, pid: str, limit_pct: float, names: List[str]) -> None:
+    def overhead_row(
+        what: str, pid: str, limit_pct: float, names: List[str], floor: Optional[str] = None
+    ) -> None:
+        """floor: the id of a control measured beside pid (the pass-through
+        allocator hook for the heap profiler), shown next to it."""
         parts, worst = [], None
         for w in names:
             s = index.get((w, pid))
@@ -239,11 +243,14 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
                 continue
             pct = (s["cpu"] - 1) * 100
             noise = index.get((w, "none"))
-            noise_txt = ""
+            notes = []
             if noise and noise["cpu_range"]:
                 lo, hi = noise["cpu_range"]
-                noise_txt = f" (noise {(lo - 1) * 100:+.1f}…{(hi - 1) * 100:+.1f}%)"
-            parts.append(f"{w} {pct:+.1f}%{noise_txt}")
+                notes.append(f"noise {(lo - 1) * 100:+.1f}…{(hi - 1) * 100:+.1f}%")
+            under = index.get((w, floor)) if floor else None
+            if under and under["cpu"] is not None:
+                notes.append(f"{profilers.BY_ID[floor].label} {(under['cpu'] - 1) * 100:+.1f}%")
+            parts.append(f"{w} {pct:+.1f}%" + (f" ({'; '.join(notes)})" if notes else ""))
             worst = pct if worst is None else max(worst, pct)
         if worst is None:
             available = results["meta"]["available"]
@@ -289,8 +296,15 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
         "samprof-heap-512k",
         3,
         ["alloc-heavy"],
+        floor="hook-floor",
     )
-    overhead_row("CPU overhead, samprof heap at 512 KiB, mixed", "samprof-heap-512k", 1, ["mixed"])
+    overhead_row(
+        "CPU overhead, samprof heap at 512 KiB, mixed",
+        "samprof-heap-512k",
+        1,
+        ["mixed"],
+        floor="hook-floor",
+    )
     overhead_row(
         "CPU overhead, samprof wall at 100 Hz, 100 idle threads",
         "samprof-wall-100",
@@ -769,7 +783,10 @@ def markdown(results: Dict[str, Any], image: Optional[str]) -> str:
             "until they are freed; tracemalloc records every allocation with its traceback "
             "(1 or 32 frames) and the result here is a snapshot taken at the end; memray "
             "records every allocation to a capture file. The *no profiler* row is the noise "
-            "control of each workload."
+            "control of each workload. The *pass-through allocator hook* "
+            "(`benchmarks/hook_floor.c`) is the floor under any profiler built on "
+            "`PyMem_SetAllocator`: hooks on the same domains that only call the allocator "
+            "below; what samprof costs above it is its own."
         )
         add("")
         ids = ["none"] + [p for p in heap_ids if p != "none"]

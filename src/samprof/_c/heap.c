@@ -45,9 +45,8 @@ typedef struct {
 } heap_live_t;
 
 static struct {
-    int enabled;    /* sampling and tracking: between start and stop */
-    uint32_t epoch; /* this profile's number; threads redraw for a new one */
-    uint64_t rate;
+    int enabled;   /* sampling and tracking: between start and stop */
+    uint64_t rate; /* this profile's, or the last one's after its stop */
     collect_session_t session;
     ring_frame_t *frames; /* scratch for frames_walk, max_depth of them */
     uint32_t max_depth;
@@ -298,46 +297,53 @@ heap_sample(tctx_heap_t *t, void *ptr, size_t size)
     heap_busy_exit(t);
 }
 
-/* The rest of an allocation of size bytes that did not fit under the
- * calling thread's countdown, or met a countdown drawn for another
- * profile; ptr is the block (not NULL). */
-static void
-heap_count_slow(tctx_heap_t *t, void *ptr, size_t size)
-{
-    if (t->busy != 0 || !H.enabled) {
-        /* Parked, or a hook left in someone's chain after its profile:
-         * nothing to count until a profile starts. */
-        t->epoch = H.epoch;
-        if (t->busy == 0) {
-            t->countdown = INT64_MAX;
-        }
-        return;
-    }
-    if (t->epoch != H.epoch) {
-        t->epoch = H.epoch;
-        t->countdown = heap_next_countdown(t);
-        if (size < (uint64_t)t->countdown) {
-            t->countdown -= (int64_t)size;
-            return;
-        }
-    }
-    heap_sample(t, ptr, size);
-}
-
 /* Whether an allocation of size bytes stays under the thread's countdown
- * (which it then takes off): the common path, a subtraction and two
- * compares. Anything else (a sample is due, the countdown belongs to
- * another profile) is for heap_count_slow once the block exists. The
- * countdown goes down before the allocation is made; one that fails
+ * (which it then takes off): the common path, a subtraction and a test of
+ * its sign. Anything else is for heap_count_slow once the block exists.
+ * The countdown goes down before the allocation is made; one that fails
  * still moved the sampling point, which changes no expectation. */
 static inline int
 heap_fits(tctx_heap_t *t, size_t size)
 {
-    if (size < (uint64_t)t->countdown && t->epoch == H.epoch) {
-        t->countdown -= (int64_t)size;
+    int64_t left = t->countdown - (int64_t)size;
+    if (left >= 0) {
+        t->countdown = left;
         return 1;
     }
     return 0;
+}
+
+/* The rest of an allocation of size bytes that did not fit under the
+ * calling thread's countdown; ptr is the block (not NULL).
+ *
+ * A countdown drawn at this profile's rate is kept across profiles: the
+ * exponential is memoryless, so what is left of it is as good as a fresh
+ * draw. One drawn at another rate (or none, on a new thread) is drawn
+ * again here, when it runs out: in other threads than the one that
+ * started the profile, a new rate takes effect at the next sample point,
+ * as a change of Go's MemProfileRate does. The common path tests nothing
+ * but the countdown. */
+static void
+heap_count_slow(tctx_heap_t *t, void *ptr, size_t size)
+{
+    if (t->busy != 0) {
+        return;
+    }
+    if (!H.enabled) {
+        /* A hook left in someone's chain after its profile: nothing to
+         * count; look again after a rate's worth of bytes. */
+        t->countdown = (int64_t)(H.rate > 1 ? H.rate : HEAP_DEFAULT_RATE);
+        t->drawn_at = 0;
+        return;
+    }
+    if (t->drawn_at != H.rate) {
+        t->drawn_at = H.rate;
+        t->countdown = heap_next_countdown(t);
+        if (heap_fits(t, size)) {
+            return;
+        }
+    }
+    heap_sample(t, ptr, size);
 }
 
 /* ------------------------------------------------------------------------
@@ -425,13 +431,13 @@ heap_realloc(void *ctx, void *ptr, size_t size)
 
 /* Frees are tracked whoever makes them, samprof included: a sampled block
  * must leave the in-use values however it dies. n_live is 0 while no
- * profile runs; a block whose home slot is empty is not in the table. */
+ * profile runs; a block whose home slot is empty is not in the table.
+ * (NULL is never in it: heap_forget finds nothing for it.) */
 static void
 heap_free(void *ctx, void *ptr)
 {
     heap_hook_t *h = ctx;
-    if (H.n_live != 0 && ptr != NULL
-        && H.live[heap_slot((uintptr_t)ptr)].ptr != 0) {
+    if (H.n_live != 0 && H.live[heap_slot((uintptr_t)ptr)].ptr != 0) {
         heap_free_slow(h, ptr);
         return;
     }
@@ -531,13 +537,13 @@ heap_hooks_reached(void)
     tctx_heap_t *t = tctx_heap();
     uint32_t busy = t->busy;
     int64_t countdown = t->countdown;
-    uint32_t epoch = t->epoch;
+    uint64_t drawn_at = t->drawn_at;
     int reached = 1;
     H.probing = 1;
     t->busy = 0;
     for (int i = 0; i < HEAP_DOMAINS; i++) {
         H.probe_seen = 0;
-        t->epoch = H.epoch;
+        t->drawn_at = H.rate;
         t->countdown = 0;
         void *p = heap_domains[i] == PYMEM_DOMAIN_MEM ? PyMem_Malloc(1)
                                                       : PyObject_Malloc(1);
@@ -552,7 +558,7 @@ heap_hooks_reached(void)
     H.probing = 0;
     t->busy = busy;
     t->countdown = countdown;
-    t->epoch = epoch;
+    t->drawn_at = drawn_at;
     return reached;
 }
 
@@ -710,7 +716,13 @@ heap_start(const heap_config_t *cfg)
     memset(&H.stats, 0, sizeof(H.stats));
     H.start_realtime_ns = clock_ns(CLOCK_REALTIME);
     H.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
-    H.epoch++;
+    /* The calling thread draws its countdown at this rate with its next
+     * allocation; the others keep theirs (heap_count_slow). */
+    tctx_heap_t *t = tctx_heap();
+    if (t->busy == 0) {
+        t->countdown = 0;
+        t->drawn_at = 0;
+    }
     for (int i = 0; i < HEAP_DOMAINS; i++) {
         H.installed[i] = heap_hook_domain(heap_domains[i]);
         if (H.installed[i] == NULL) {

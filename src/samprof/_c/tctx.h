@@ -26,15 +26,15 @@ extern TCTX_TLS uint8_t tctx_gc_depth_flag; /* 1 inside the cyclic GC */
 extern TCTX_TLS uint8_t tctx_samprof_flag;  /* 1 on samprof's own threads */
 
 /* A thread's heap sampling state (heap.c): a countdown of allocated bytes
- * to the next sample, drawn for one heap profile, with its own random
- * numbers. While busy, the countdown is parked out of reach (the saved
- * value comes back when busy drops to 0), so that the hooks' common path
- * needs no test of its own. */
+ * to the next sample, drawn at one rate, with its own random numbers.
+ * While busy, the countdown is parked out of reach (the saved value comes
+ * back when busy drops to 0), so that the hooks' common path needs no test
+ * of its own. */
 typedef struct {
     int64_t countdown; /* bytes to allocate before the next sample */
     int64_t saved;     /* the countdown while parked */
     uint64_t rng;      /* xorshift64* state, 0 = not seeded yet */
-    uint32_t epoch;    /* the heap profile countdown was drawn for */
+    uint64_t drawn_at; /* the rate countdown was drawn at; 0: none */
     uint32_t busy;     /* > 0: allocations are not counted (samprof's own
                           work, or one of samprof's own threads) */
 } tctx_heap_t;
