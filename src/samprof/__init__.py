@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from samprof._heap import HeapProfiler, HeapStats
     from samprof._labels import current_labels, labels
     from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
+    from samprof.http import serve
 
 __all__ = [
     "CPUProfiler",
@@ -44,6 +45,7 @@ __all__ = [
     "WallProfiler",
     "current_labels",
     "labels",
+    "serve",
     "__version__",
 ]
 __version__ = "0.1.0"
@@ -59,6 +61,7 @@ _LAZY = {
     "WallProfiler": "samprof._profiler",
     "current_labels": "samprof._labels",
     "labels": "samprof._labels",
+    "serve": "samprof.http",
 }
 
 

@@ -152,6 +152,17 @@ def test_merge_drops_zero_samples_and_what_only_they_used() -> None:
     assert len(merged.samples) == 1
 
 
+def test_merge_of_values_that_cancel_out() -> None:
+    """Go's delta profile: the start scaled by -1 merged with the end.
+    Stacks whose values cancel are gone, with what only they used."""
+    start = cpu_profile({"f;main": 3, "g;main": 2})
+    end = cpu_profile({"f;main": 5, "g;main": 2, "h;main": 1})
+    delta = merge([scale(start, -1), end])
+    values = {delta.stack_of(s)[0].function: s.values[0] for s in delta.samples}
+    assert values == {"f": 2, "h": 1}
+    assert sorted(f.name for f in delta.functions) == ["f", "h", "main"]
+
+
 def test_merge_maps_addresses_through_mappings() -> None:
     """The same code at another load address (another process) is one
     location; pprof keys locations by address within their mapping."""

@@ -69,11 +69,11 @@ def merge(profiles: Iterable[Profile]) -> Profile:
     for source in sources:
         merger.add(source)
     merged = merger.out
+    merged.validate()  # also indexes what the merger appended
     if any(not any(sample.values) for sample in merged.samples):
         # Values that cancelled out (a diff): merge again to drop them and
         # whatever only they used.
         return merge([merged])
-    merged.validate()
     return merged
 
 
