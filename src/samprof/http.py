@@ -598,3 +598,24 @@ def _start_heap():
     except ProfilerError:  # started by another thread meanwhile
         return None
     return prof
+
+
+class _HeapPerProcess:
+    """For the mounted apps: a heap profile started in each process at its
+    first request, unless one runs. A pre-fork server imports the app in
+    its parent, whose heap profile would not follow a fork."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._pid: Optional[int] = None
+        self._lock = threading.Lock()
+
+    def ensure(self) -> None:
+        import os
+
+        if not self.enabled or self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid != os.getpid():
+                _start_heap()
+                self._pid = os.getpid()

@@ -9,7 +9,6 @@ or after its own deadline, and is killed if it outlives the test.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import socket
@@ -20,6 +19,7 @@ import time
 import urllib.parse
 
 import pytest
+from support.httpclient import assert_go_error, get
 from support.profiles import check_profile, go_pprof_files
 
 import samprof
@@ -59,25 +59,6 @@ def target(seconds: float = 60, **serve_kwargs):
 def loaded():
     with target(120) as t:
         yield t
-
-
-def get(port: int, path: str, headers=None, timeout: float = 30, method: str = "GET"):
-    """(status, headers dict with lower-case names, body)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request(method, path, headers=headers or {})
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        c.close()
-
-
-def assert_go_error(status, headers, body, want_status, text):
-    assert status == want_status, (status, body)
-    assert headers["x-go-pprof"] == "1"
-    assert headers["content-type"] == "text/plain; charset=utf-8"
-    assert headers["x-content-type-options"] == "nosniff"
-    assert body.decode() == text + "\n"
 
 
 # -- go tool pprof against the endpoints ----------------------------------

@@ -1,0 +1,78 @@
+"""The endpoints mounted inside web applications on real servers from
+PyPI: samprof.wsgi.PprofApp under waitress, samprof.asgi.PprofApp under
+uvicorn (tests/scripts/http_mounted_target.py), read by `go tool pprof`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from support.httpclient import assert_go_error, get
+from support.profiles import go_pprof_files
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts")
+
+
+@contextlib.contextmanager
+def mounted(kind: str, seconds: float = 60):
+    p = subprocess.Popen(
+        [sys.executable, os.path.join(SCRIPTS, "http_mounted_target.py"), kind, str(seconds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield json.loads(p.stdout.readline())["port"]
+    finally:
+        p.stdin.close()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["waitress", "uvicorn"])
+def test_mounted_app_serves_go_tool_pprof(kind):
+    with mounted(kind) as port:
+        base = f"http://127.0.0.1:{port}/debug/pprof/"
+        out = go_pprof_files([base + "profile?seconds=1"], "-top", "-nodecount=200")
+        assert "cpu_load_for_http" in out, out
+        # The heap profile started with the first request above: what the
+        # load holds was allocated before it, what it churns after.
+        out = go_pprof_files([base + "allocs"], "-top", "-nodecount=200")
+        assert "alloc_load_for_http" in out, out
+        status, headers, body = get(port, "/debug/pprof/heap")
+        assert status == 200
+        assert headers["content-disposition"] == 'attachment; filename="heap"'
+        assert headers["x-content-type-options"] == "nosniff"
+        assert_go_error(*get(port, "/debug/pprof/nosuch"), 404, "Unknown profile")
+        status, _, body = get(port, "/debug/pprof/")
+        assert status == 200 and b"Types of profiles available" in body
+        # The application's own routes are untouched.
+        assert get(port, "/hello")[2] == b"app\n"
+
+
+def test_asgi_disconnect_ends_the_capture():
+    with mounted("uvicorn") as port:
+        first = socket.create_connection(("127.0.0.1", port), timeout=10)
+        first.sendall(
+            b"GET /debug/pprof/profile?seconds=60 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        time.sleep(0.5)
+        first.close()
+        start = time.monotonic()
+        while True:
+            status, _, _ = get(port, "/debug/pprof/profile?seconds=1")
+            if status == 200:
+                break
+            assert time.monotonic() - start < 5, "the hung-up capture did not end"
+            time.sleep(0.2)
