@@ -46,6 +46,8 @@ _POLL_S = 0.1
 _DESCRIPTIONS = {
     "allocs": "A sampling of all past memory allocations (needs a running heap profile).",
     "cmdline": "The command line invocation of the current program",
+    "goroutine": "Stack traces of all current threads (debug=2: and asyncio tasks)",
+    "threads": "The same as goroutine",
     "heap": "A sampling of memory allocations of live objects (needs a running heap "
     "profile). You can specify the gc GET parameter to run GC before taking the "
     "heap sample.",
@@ -172,6 +174,8 @@ class Endpoints:
             "wall": lambda r, p: self._time_profile(r, p, "wall"),
             "heap": lambda r, p: self._heap(r, p, "heap"),
             "allocs": lambda r, p: self._heap(r, p, "allocs"),
+            "goroutine": self._threads,
+            "threads": self._threads,
             "cmdline": self._cmdline,
             "symbol": self._symbol,
         }
@@ -315,7 +319,21 @@ class Endpoints:
     def _heap_delta(
         self, request: Request, params: Dict[str, List[str]], kind: str, prof
     ) -> Response:
-        from samprof.pprof import merge, read, scale, write
+        from samprof.pprof import read
+
+        def collect():
+            if not prof.running:
+                raise RuntimeError("the heap profile was stopped")
+            return read(prof.snapshot(kind)), time.time_ns()
+
+        return self._delta(request, params, kind, collect)
+
+    def _delta(
+        self, request: Request, params: Dict[str, List[str]], name: str, collect
+    ) -> Response:
+        """Go's serveDeltaProfile: collect() now and after seconds, and
+        answer the start scaled by -1 merged with the end."""
+        from samprof.pprof import merge, scale, write
 
         try:
             seconds = self._seconds(params, None)
@@ -323,19 +341,46 @@ class Endpoints:
             return _error(400, str(e))
         if params.get("debug", ["0"])[0] not in ("", "0"):
             return _error(400, "seconds and debug params are incompatible")
-        t0 = time.time_ns()
-        before = read(prof.snapshot(kind))
-        if not self._wait(request, seconds):
-            return _error(500, "context canceled")
-        if not prof.running:
-            return _error(500, "failed to collect profile: the heap profile was stopped")
-        t1 = time.time_ns()
-        after = read(prof.snapshot(kind))
-        # Go's serveDeltaProfile: the start scaled by -1 merged with the end.
+        try:
+            before, t0 = collect()
+            if not self._wait(request, seconds):
+                return _error(500, "context canceled")
+            after, t1 = collect()
+        except RuntimeError as e:
+            return _error(500, f"failed to collect profile: {e}")
         delta = merge([scale(before, -1), after])
         delta.time_nanos = t1
         delta.duration_nanos = t1 - t0
-        return _profile_response(f"{kind}-delta", write(delta))
+        return _profile_response(f"{name}-delta", write(delta))
+
+    # -- threads ---------------------------------------------------------------
+
+    def _threads(self, request: Request, params: Dict[str, List[str]]) -> Response:
+        """goroutine (alias threads): every thread's stack now; debug=1
+        groups identical stacks, debug=2 dumps every thread and every
+        asyncio task. seconds= gives a delta, as for Go's goroutine."""
+        from samprof import _threads
+
+        name = request.path.strip("/")
+        if params.get("seconds", [""])[0] != "":
+
+            def collect():
+                from samprof.pprof import read
+
+                snap = _threads.snapshot()
+                return read(_threads.pprof(snap)), snap.time_ns
+
+            return self._delta(request, params, name, collect)
+        try:
+            debug = _int_param(params, "debug") or 0
+        except ValueError:
+            debug = 0
+        if debug >= 2:
+            return _text_response(_threads.dump_text(_threads.snapshot(with_tasks=True)))
+        snap = _threads.snapshot()
+        if debug == 1:
+            return _text_response(_threads.grouped_text(snap))
+        return _profile_response(name, _threads.pprof(snap))
 
     # -- the rest ------------------------------------------------------------
 
@@ -502,6 +547,10 @@ def serve(
     class Handler(BaseHTTPRequestHandler):
         server_version = "samprof"
         protocol_version = "HTTP/1.0"
+        # Headers and body go out in two writes: without TCP_NODELAY,
+        # Nagle's algorithm may hold the second until the client ACKs the
+        # first, which a client may delay.
+        disable_nagle_algorithm = True
 
         def setup(self) -> None:
             self.timeout = timeout

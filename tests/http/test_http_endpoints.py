@@ -8,56 +8,22 @@ or after its own deadline, and is killed if it outlives the test.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
 
 import pytest
-from support.httpclient import assert_go_error, get
+from support.httpclient import assert_go_error, get, serving_process
 from support.profiles import check_profile, go_pprof_files
 
 import samprof
 from samprof.http import Endpoints, Request
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts")
-
-
-@contextlib.contextmanager
-def target(seconds: float = 60, **serve_kwargs):
-    """The load process; yields (url, port)."""
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(SCRIPTS, "http_target.py"),
-            str(seconds),
-            json.dumps(serve_kwargs),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        info = json.loads(p.stdout.readline())
-        yield info["url"], info["port"]
-    finally:
-        p.stdin.close()
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0
-
 
 @pytest.fixture(scope="module")
 def loaded():
-    with target(120) as t:
+    with serving_process(120) as t:
         yield t
 
 
@@ -67,17 +33,17 @@ def loaded():
 @pytest.mark.parametrize(
     "path, function, args",
     [
-        ("profile?seconds=2", "cpu_load_for_http", ()),
-        ("wall?seconds=2", "cpu_load_for_http", ()),
+        ("profile?seconds=1", "cpu_load_for_http", ()),
+        ("wall?seconds=1", "cpu_load_for_http", ()),
         ("heap", "alloc_load_for_http", ()),
         ("allocs", "alloc_load_for_http", ()),
         # What the load holds is steady: its in-use delta is about 0, what
         # it allocated in the 2 s is not.
-        ("heap?seconds=2", "alloc_load_for_http", ("-sample_index=alloc_space",)),
+        ("heap?seconds=1", "alloc_load_for_http", ("-sample_index=alloc_space",)),
     ],
 )
 def test_go_tool_pprof_reads_every_endpoint(loaded, path, function, args):
-    url, _ = loaded
+    url, _, _ = loaded
     out = go_pprof_files([url + path], "-top", "-nodecount=200", *args)
     assert function in out, out
 
@@ -85,8 +51,8 @@ def test_go_tool_pprof_reads_every_endpoint(loaded, path, function, args):
 def test_heap_delta_covers_the_interval(loaded):
     """allocs?seconds=2: what was allocated in those 2 s (end minus start),
     a fraction of everything allocated since the process began."""
-    url, port = loaded
-    status, headers, delta = get(port, "/debug/pprof/allocs?seconds=2")
+    url, port, _ = loaded
+    status, headers, delta = get(port, "/debug/pprof/allocs?seconds=1")
     assert status == 200
     assert headers["content-disposition"] == 'attachment; filename="allocs-delta"'
     status, _, total = get(port, "/debug/pprof/allocs")
@@ -95,11 +61,36 @@ def test_heap_delta_covers_the_interval(loaded):
     assert 0 < d < t
 
 
+def test_goroutine_profile_and_texts(loaded):
+    """goroutine (and its alias threads): a pprof of every thread's stack
+    that go tool pprof reads; debug=1 groups identical stacks; debug=2
+    dumps every thread and every asyncio task with its coroutine stack."""
+    url, port, _ = loaded
+    out = go_pprof_files([url + "goroutine"], "-top", "-nodecount=200")
+    assert "Type: goroutine" in out and "cpu_load_for_http" in out, out
+    status, headers, body = get(port, "/debug/pprof/threads")
+    assert status == 200 and headers["content-disposition"] == 'attachment; filename="threads"'
+    view = check_profile(body)
+    assert view.types == [("goroutine", "count")]
+    text = get(port, "/debug/pprof/goroutine?debug=1")[2].decode()
+    assert text.startswith("goroutine profile: total ")
+    assert "1 @ cpu-load\n" in text
+    dump = get(port, "/debug/pprof/goroutine?debug=2")[2].decode()
+    assert "[cpu-load, non-daemon]:" in dump and "cpu_load_for_http(...)" in dump
+    tasks = [block for block in dump.split("\n\n") if block.startswith("task ")]
+    assert len(tasks) == 3, dump  # two waiting tasks and the one gathering them
+    assert sum("coroutine waiting_task_for_http" in t for t in tasks) == 2
+    assert all("loop in thread event-loop" in t for t in tasks)
+    status, headers, _ = get(port, "/debug/pprof/goroutine?seconds=1")
+    assert status == 200
+    assert headers["content-disposition"] == 'attachment; filename="goroutine-delta"'
+
+
 # -- Go's headers, statuses and error texts -------------------------------
 
 
 def test_profile_headers_and_content(loaded):
-    _, port = loaded
+    _, port, _ = loaded
     status, headers, body = get(port, "/debug/pprof/profile?seconds=1&hz=200")
     assert status == 200
     assert headers["content-type"] == "application/octet-stream"
@@ -111,7 +102,7 @@ def test_profile_headers_and_content(loaded):
 
 
 def test_index_cmdline_symbol(loaded):
-    _, port = loaded
+    _, port, _ = loaded
     status, headers, body = get(port, "/debug/pprof/")
     assert status == 200 and headers["content-type"] == "text/html; charset=utf-8"
     for name in ("profile", "wall", "heap", "allocs", "cmdline"):
@@ -124,7 +115,7 @@ def test_index_cmdline_symbol(loaded):
 
 
 def test_go_error_texts(loaded):
-    _, port = loaded
+    _, port, _ = loaded
     assert_go_error(*get(port, "/debug/pprof/nosuch"), 404, "Unknown profile")
     assert_go_error(
         *get(port, "/debug/pprof/heap?seconds=x"),
@@ -149,7 +140,7 @@ def test_go_error_texts(loaded):
 
 
 def test_heap_debug_text(loaded):
-    _, port = loaded
+    _, port, _ = loaded
     status, headers, body = get(port, "/debug/pprof/heap?debug=1&gc=1")
     assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8"
     text = body.decode()
@@ -159,7 +150,7 @@ def test_heap_debug_text(loaded):
 def test_second_cpu_capture_is_refused_and_disconnect_ends_the_first(loaded):
     """While one capture runs, another gets Go's 500; a client that hangs
     up ends its capture early, so the next one can start."""
-    _, port = loaded
+    _, port, _ = loaded
     first = socket.create_connection(("127.0.0.1", port), timeout=10)
     first.sendall(
         b"GET /debug/pprof/profile?seconds=60 HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n" % port
@@ -184,7 +175,7 @@ def test_second_cpu_capture_is_refused_and_disconnect_ends_the_first(loaded):
 
 
 def test_host_header_must_be_loopback(loaded):
-    _, port = loaded
+    _, port, _ = loaded
     assert_go_error(
         *get(port, "/debug/pprof/cmdline", {"Host": f"evil.example:{port}"}),
         403,
@@ -195,7 +186,7 @@ def test_host_header_must_be_loopback(loaded):
 
 
 def test_token():
-    with target(60, token="s3cret-token") as (url, port):
+    with serving_process(60, token="s3cret-token") as (url, port, _):
         status, headers, body = get(port, "/debug/pprof/cmdline")
         assert status == 401 and headers["www-authenticate"] == "Bearer"
         assert b"s3cret" not in body
@@ -217,7 +208,7 @@ def test_non_loopback_needs_a_token():
 def test_heap_endpoints_without_a_heap_profile():
     """serve(heap=False) in a process with no heap profile: 404 with the
     reason."""
-    with target(60, heap=False) as (_, port):
+    with serving_process(60, heap=False) as (_, port, _):
         status, headers, body = get(port, "/debug/pprof/heap")
         assert status == 404 and headers["x-go-pprof"] == "1"
         assert b"no heap profile is running" in body
@@ -235,7 +226,7 @@ def test_endpoints_core_never_raises():
 
 def test_connection_cap():
     """More simultaneous connections than max_connections: 503."""
-    with target(60, max_connections=2) as (_, port):
+    with serving_process(60, max_connections=2) as (_, port, _):
         held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
         for s in held:
             s.sendall(b"GET /debug/pprof/profile?seconds=3 HTTP/1.0\r\n")  # headers unfinished

@@ -7,8 +7,9 @@ the same way. Of the helper modules only ``profiles`` imports pytest, so
 children can import the others.
 
 Modules:
-  httpclient   GET from the /debug/pprof endpoints (get), and Go's error
-               shape (assert_go_error).
+  httpclient   GET from the /debug/pprof endpoints (get), Go's error
+               shape (assert_go_error), serving_process (a process under
+               load with samprof.serve on).
   measure      retry-before-failing for the statistical tests (marker
                ``accuracy``): measure, within, within_ratio, at_least.
   native       tests/native/*.c compiled once per process (native_library);
