@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional
+from typing import Any, Awaitable, Callable, Dict, MutableMapping
 
-from samprof.http import DEFAULT_MAX_SECONDS, Endpoints, Request, Response, _HeapPerProcess
+from samprof.http import Request, Response, _MountedApp
 from samprof.wsgi import _MAX_BODY, _sub_path
 
 __all__ = ["PprofApp"]
@@ -30,23 +30,13 @@ Receive = Callable[[], Awaitable[Dict[str, Any]]]
 Send = Callable[[Dict[str, Any]], Awaitable[None]]
 
 
-class PprofApp:
+class PprofApp(_MountedApp):
     """An ASGI application serving /debug/pprof.
 
     ``token`` and ``max_seconds`` are :class:`samprof.http.Endpoints`'s;
     ``heap=True`` starts a heap profile in each process at its first
     request to the endpoints, unless one runs.
     """
-
-    def __init__(
-        self,
-        *,
-        token: Optional[str] = None,
-        max_seconds: int = DEFAULT_MAX_SECONDS,
-        heap: bool = True,
-    ) -> None:
-        self.endpoints = Endpoints(token=token, max_seconds=max_seconds)
-        self.heap = _HeapPerProcess(heap)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -668,3 +668,19 @@ class _HeapPerProcess:
             if self._pid != os.getpid():
                 _start_heap()
                 self._pid = os.getpid()
+
+
+class _MountedApp:
+    """What the WSGI and ASGI applications share: their endpoints (no Host
+    check: the application's own routing and auth apply), and a heap
+    profile per process."""
+
+    def __init__(
+        self,
+        *,
+        token: Optional[str] = None,
+        max_seconds: int = DEFAULT_MAX_SECONDS,
+        heap: bool = True,
+    ) -> None:
+        self.endpoints = Endpoints(token=token, max_seconds=max_seconds)
+        self.heap = _HeapPerProcess(heap)

@@ -19,9 +19,9 @@ per process at a time (gunicorn's sync worker), use a threaded worker or
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
-from samprof.http import DEFAULT_MAX_SECONDS, Endpoints, Request, _HeapPerProcess
+from samprof.http import Request, _MountedApp
 
 __all__ = ["PprofApp"]
 
@@ -44,7 +44,7 @@ def _status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
-class PprofApp:
+class PprofApp(_MountedApp):
     """A WSGI application serving /debug/pprof.
 
     ``token`` and ``max_seconds`` are :class:`samprof.http.Endpoints`'s.
@@ -53,16 +53,6 @@ class PprofApp:
     each get their own; start ``samprof.HeapProfiler`` in a post-fork hook
     to cover a worker from its start).
     """
-
-    def __init__(
-        self,
-        *,
-        token: Optional[str] = None,
-        max_seconds: int = DEFAULT_MAX_SECONDS,
-        heap: bool = True,
-    ) -> None:
-        self.endpoints = Endpoints(token=token, max_seconds=max_seconds)
-        self.heap = _HeapPerProcess(heap)
 
     def __call__(
         self, environ: Dict[str, Any], start_response: Callable[..., Any]
