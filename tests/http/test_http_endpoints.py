@@ -14,7 +14,7 @@ import time
 import urllib.parse
 
 import pytest
-from support.httpclient import assert_go_error, get, serving_process
+from support.httpclient import assert_go_error, capture_becomes_free, get, serving_process
 from support.profiles import check_profile, go_pprof_files
 
 import samprof
@@ -162,13 +162,7 @@ def test_second_cpu_capture_is_refused_and_disconnect_ends_the_first(loaded):
         "Could not enable wall-clock profiling: cpu profiling already in use",
     )
     first.close()
-    start = time.monotonic()
-    while True:
-        status, _, body = get(port, "/debug/pprof/profile?seconds=1")
-        if status == 200:
-            break
-        assert time.monotonic() - start < 5, "the hung-up capture did not end"
-        time.sleep(0.2)
+    capture_becomes_free(port)
 
 
 # -- security --------------------------------------------------------------

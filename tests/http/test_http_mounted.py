@@ -6,38 +6,18 @@ uvicorn (tests/scripts/http_mounted_target.py), read by `go tool pprof`.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
-from support.httpclient import assert_go_error, get
+from support.httpclient import assert_go_error, capture_becomes_free, get, script_process
 from support.profiles import go_pprof_files
-
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts")
 
 
 @contextlib.contextmanager
 def mounted(kind: str, seconds: float = 60):
-    p = subprocess.Popen(
-        [sys.executable, os.path.join(SCRIPTS, "http_mounted_target.py"), kind, str(seconds)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield json.loads(p.stdout.readline())["port"]
-    finally:
-        p.stdin.close()
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0
+    with script_process("http_mounted_target.py", kind, str(seconds)) as info:
+        yield info["port"]
 
 
 @pytest.mark.parametrize("kind", ["waitress", "uvicorn"])
@@ -69,10 +49,4 @@ def test_asgi_disconnect_ends_the_capture():
         )
         time.sleep(0.5)
         first.close()
-        start = time.monotonic()
-        while True:
-            status, _, _ = get(port, "/debug/pprof/profile?seconds=1")
-            if status == 200:
-                break
-            assert time.monotonic() - start < 5, "the hung-up capture did not end"
-            time.sleep(0.2)
+        capture_becomes_free(port)

@@ -8,8 +8,9 @@ children can import the others.
 
 Modules:
   httpclient   GET from the /debug/pprof endpoints (get), Go's error
-               shape (assert_go_error), serving_process (a process under
-               load with samprof.serve on).
+               shape (assert_go_error), script_process (a bounded child
+               script), serving_process (a process under load with
+               samprof.serve on), capture_becomes_free.
   measure      retry-before-failing for the statistical tests (marker
                ``accuracy``): measure, within, within_ratio, at_least.
   native       tests/native/*.c compiled once per process (native_library);

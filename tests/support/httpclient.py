@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple
 
 
@@ -46,23 +47,16 @@ class Served(NamedTuple):
 
 
 @contextlib.contextmanager
-def serving_process(
-    seconds: float = 60, loads: str = "cpu,alloc,asyncio", **serve_kwargs: Any
-) -> Iterator[Served]:
-    """tests/scripts/http_target.py, a process under load (loads: which of
-    its load threads run) with samprof.serve(port=0, **serve_kwargs) on. It ends when the block does
-    (its stdin closes), after seconds at the latest, and is killed if it
-    does not end 30 s later; it must exit cleanly."""
-    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "http_target.py")
+def script_process(name: str, *args: str) -> Iterator[Dict[str, Any]]:
+    """tests/scripts/NAME run with ARGS; yields the JSON line it prints
+    first. It ends when the block does (its stdin closes), is killed if it
+    does not end 30 s later, and must exit cleanly."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", name)
     p = subprocess.Popen(
-        [sys.executable, script, str(seconds), json.dumps(serve_kwargs), loads],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        info = json.loads(p.stdout.readline())
-        yield Served(info["url"], info["port"], info["pid"])
+        yield json.loads(p.stdout.readline())
     finally:
         p.stdin.close()
         try:
@@ -70,4 +64,24 @@ def serving_process(
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-    assert p.returncode == 0, f"http_target.py exited {p.returncode}"
+    assert p.returncode == 0, f"{name} exited {p.returncode}"
+
+
+@contextlib.contextmanager
+def serving_process(
+    seconds: float = 60, loads: str = "cpu,alloc,asyncio", **serve_kwargs: Any
+) -> Iterator[Served]:
+    """tests/scripts/http_target.py, a process under load (loads: which of
+    its load threads run) with samprof.serve(port=0, **serve_kwargs) on,
+    for seconds at most (script_process bounds it)."""
+    with script_process("http_target.py", str(seconds), json.dumps(serve_kwargs), loads) as info:
+        yield Served(info["url"], info["port"], info["pid"])
+
+
+def capture_becomes_free(port: int, seconds: float = 5) -> None:
+    """Waits until a 1 s CPU capture succeeds: a capture whose client hung
+    up must end (and free the one capture slot) within seconds."""
+    start = time.monotonic()
+    while get(port, "/debug/pprof/profile?seconds=1")[0] != 200:
+        assert time.monotonic() - start < seconds, "the hung-up capture did not end"
+        time.sleep(0.2)
