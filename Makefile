@@ -11,6 +11,8 @@
 #                 CPython 3.X.Y under $(PYENV_ROOT)/versions, else python3.X
 #                 on PATH
 #   PYTEST_ARGS   extra pytest arguments, e.g. PYTEST_ARGS='-k heap -x'
+#   TEST_JOBS     tests run this many at a time (default 2; the accuracy
+#                 tests always run alone afterwards: tests/tools/suite.py)
 #   WERROR        1 (default): compile the C core with -Werror
 #   N             runs for flake-hunt (default 10) and spread (default 20)
 #   SECONDS, SEED how long fuzz runs (default 300) and its random seed
@@ -28,6 +30,7 @@ PYENV_ROOT ?= $(HOME)/.pyenv
 PYTHON_VERSIONS := 3.9 3.10 3.11 3.12 3.13
 WERROR ?= 1
 PYTEST_ARGS ?=
+TEST_JOBS ?= 2
 BENCH_ARGS ?=
 # Lint tools are pinned: a new release that adds a rule must not break CI.
 LINT_TOOLS ?= ruff==0.17.6
@@ -37,6 +40,9 @@ C_SOURCES = $(wildcard src/samprof/_c/*.c src/samprof/_c/*.h)
 
 PIP_INSTALL = python -m pip install --quiet --disable-pip-version-check --no-input
 PYTEST = pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+# The whole suite, run by a virtual environment's python: the tests that do
+# not measure accuracy TEST_JOBS at a time, then the accuracy tests alone.
+SUITE = python tests/tools/suite.py $(TEST_JOBS) -q -p no:cacheprovider $(PYTEST_ARGS)
 export SAMPROF_WERROR := $(WERROR)
 
 # $(call find_python,3.X): the newest pyenv CPython 3.X.Y (free-threaded
@@ -100,7 +106,7 @@ define run_tests
 	    echo "error: $(1) holds a sanitizer build" >&2; exit 1; \
 	fi
 	@echo "--- pytest on $$($(1)/bin/python -V 2>&1), accuracy tests $(or $(3),full)"
-	SAMPROF_ACCURACY=$(or $(3),full) $(1)/bin/$(PYTEST)
+	SAMPROF_ACCURACY=$(or $(3),full) $(1)/bin/$(SUITE)
 endef
 
 .PHONY: help
@@ -170,7 +176,7 @@ test-sanitize: ## Run the tests against an ASan+UBSan build (venv .venv-asan).
 	@env=$(call sanitizer_env,.venv-asan); \
 	echo "--- pytest on $$(.venv-asan/bin/python -V 2>&1), $$env"; \
 	set -x; \
-	env $$env .venv-asan/bin/$(PYTEST)
+	env $$env .venv-asan/bin/$(SUITE)
 
 # Where flake-hunt and spread install: one venv per interpreter and flavour.
 HUNT_NAME = $(notdir $(PYTHON))$(if $(filter 1,$(SANITIZE)),-asan)
@@ -183,7 +189,7 @@ flake-hunt: ## Run the suite N times (N=10; PYTHON, SANITIZE=1, PYTEST_ARGS): fa
 	@env=$(if $(filter 1,$(SANITIZE)),$(call sanitizer_env,$(HUNT_VENV)),SAMPROF_ACCURACY=full); \
 	echo "--- flake hunt: $(or $(N),10) runs on $$($(HUNT_VENV)/bin/python -V 2>&1), $$env"; \
 	env $$env $(HUNT_VENV)/bin/python tests/tools/flake_hunt.py $(or $(N),10) \
-	    build/flake-hunt/$(HUNT_NAME) -- $(HUNT_VENV)/bin/$(PYTEST)
+	    build/flake-hunt/$(HUNT_NAME) -- $(HUNT_VENV)/bin/$(SUITE)
 
 .PHONY: spread
 spread: ## Run the accuracy tests N times (N=20; PYTHON) without retries: each error's min/median/max.

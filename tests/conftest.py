@@ -30,11 +30,29 @@ def pytest_configure(config):
     )
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A test's missed measurements travel in its report, so that the summary
+    # shows them even when the test ran in a pytest-xdist worker.
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and measure.RETRIED:
+        report.user_properties.extend(("measure-retry", r) for r in measure.RETRIED)
+        del measure.RETRIED[:]
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not measure.RETRIED:
+    retried = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for name, value in getattr(report, "user_properties", ())
+        if name == "measure-retry"
+    ]
+    if not retried:
         return
     terminalreporter.section("measurements retried (tests/support/measure.py)")
-    for test, attempt, scale, took, why in measure.RETRIED:
+    for test, attempt, scale, took, why in retried:
         terminalreporter.write_line(
             f"{test}: attempt {attempt} (x{scale:g}, {took:.1f}s) missed: {why[:300]}"
         )

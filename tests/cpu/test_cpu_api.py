@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from support import SANITIZED
+from support import SANITIZED, measure
 from support.procfs import rss_kib
 from support.profiles import check_profile, go_pprof
 from support.workloads import burn_python_for
@@ -130,6 +130,11 @@ def test_stop_restores_signal_and_timer():
 
 
 def test_start_stop_many_times_with_thread_churn():
+    """Each start/stop cycle while threads come and go leaves no memory
+    behind. A leak grows with the cycles; a one-off step of the allocator
+    (a new arena for a new thread, which depends on what ran before in
+    this process) does not come back when the cycles run again, twice as
+    many, so a miss is measured again (support/measure.py)."""
     stop = threading.Event()
 
     def churn():
@@ -140,25 +145,32 @@ def test_start_stop_many_times_with_thread_churn():
 
     churner = threading.Thread(target=churn, name="churner")
     churner.start()
-    rounds = 200 if SANITIZED else 1000
-    try:
-        prof = samprof.CPUProfiler(hz=2000)
+    prof = samprof.CPUProfiler(hz=2000)
+
+    def attempt(scale):
+        rounds = 200 if SANITIZED else int(1000 * scale)
+        rss = []
         for i in range(rounds):
-            if i == 100:
+            if i >= 100 and i % 100 == 0:
                 gc.collect()
-                base = rss_kib()
+                rss.append(rss_kib())
             prof.start()
             burn_python_for(0.0005)
             prof.stop()
         gc.collect()
-        grown = rss_kib() - base
+        rss.append(rss_kib())
+        check_profile(prof.result, go=False)
+        if SANITIZED:
+            return  # ASan's quarantine holds freed memory: RSS says nothing here
+        grown = rss[-1] - rss[0]
+        spare = 8 * 1024 - grown
+        measure.at_least(spare, 0, "KiB left of the 8 MiB VmRSS may grow", f"VmRSS: {rss}")
+
+    try:
+        measure.measure(attempt)
     finally:
         stop.set()
         churner.join()
-    check_profile(prof.result, go=False)
-    if SANITIZED:
-        return  # ASan's quarantine holds freed memory: RSS says nothing here
-    assert grown < 8 * 1024, f"RSS grew by {grown} KiB over {rounds - 100} start/stop cycles"
 
 
 def test_encoding_100k_distinct_stacks_is_fast():
