@@ -6,11 +6,21 @@
                    [-o FILE] [--] script.py [args ...]
     samprof record [options] -m module [args ...]
     samprof top FILE|DIR ... [-n N] [-i TYPE] [--diff-base FILE|DIR]
+    samprof serve [--listen HOST:PORT] [--token-file FILE] [--no-heap]
+                  [--] script.py [args ...]
+    samprof serve [options] -m module [args ...]
+    samprof serve --list
 
 ``record`` runs a program the way ``python`` would run it (same ``sys.argv``,
 ``__main__``, ``sys.path[0]``, exit status, stdin and stdout) while profiling
 it, and writes the profile when the program ends. Everything after the script
 or module name belongs to the program. samprof itself writes only to stderr.
+
+``serve`` runs a program the same way with Go's /debug/pprof endpoints on
+(samprof.http): ``go tool pprof http://127.0.0.1:6060/debug/pprof/profile``
+profiles it while it runs. Each process forked from it serves on a free
+port of its own; every one prints its address to stderr and writes a
+discovery file, which ``serve --list`` reads.
 
 ``top`` prints the functions that used the most, like ``go tool pprof -top``:
 of one profile, of several merged (files, or every file of a directory), or
@@ -44,19 +54,15 @@ _ENGINES = ("auto", "perf", "timer", "itimer")
 # mode is offered when the package has its class.
 _MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler", "heap": "HeapProfiler"}
 
-# Options of `record` that take a value. The record command line is split at
-# the first argument that is none of these (or at "--"), so that everything
-# from the script name on reaches the program untouched.
-_RECORD_VALUE_OPTIONS = (
-    "--hz",
-    "--rate",
-    "--mode",
-    "--engine",
-    "--signal",
-    "-o",
-    "--output",
-    "-m",
-)
+# Options of `record` and `serve` that take a value. Their command lines are
+# split at the first argument that is none of these (or at "--"), so that
+# everything from the script name on reaches the program untouched.
+_RUN_VALUE_OPTIONS = {
+    "record": ("--hz", "--rate", "--mode", "--engine", "--signal", "-o", "--output", "-m"),
+    "serve": ("--listen", "--token-file", "--max-seconds", "-m"),
+}
+# Where `samprof serve` listens by default: Go's customary pprof port.
+_DEFAULT_LISTEN = "127.0.0.1:6060"
 
 # Frames of these files sit below the program's own frames; they are cut from
 # the traceback of an exception the program does not handle, as python shows
@@ -101,8 +107,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """The samprof parser and its ``record`` subparser."""
+def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
+    """The samprof parser and its subparsers by command."""
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="A sampling profiler for Python that writes pprof.",
@@ -198,12 +204,62 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="show the change from this profile (or directory of them; may repeat), "
         "as go tool pprof -diff_base does",
     )
-    return parser, record
+
+    serve = commands.add_parser(
+        "serve",
+        help="run a Python program with the /debug/pprof endpoints on",
+        usage=(
+            f"{_PROG} serve [options] [--] script.py [args ...]\n"
+            f"       {_PROG} serve [options] -m module [args ...]\n"
+            f"       {_PROG} serve --list"
+        ),
+        description=(
+            "Run a Python script or module as python would, serving Go's /debug/pprof "
+            "endpoints from it (go tool pprof URL/profile?seconds=30, heap, goroutine, ...). "
+            "The address goes to stderr. Each process forked from it (a pre-fork server's "
+            "workers) serves on a free port of its own and prints its address too; "
+            "every one also writes a discovery file, which --list reads."
+        ),
+        allow_abbrev=False,
+    )
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=_DEFAULT_LISTEN,
+        help=f"where to listen (default {_DEFAULT_LISTEN}; port 0 picks a free one; "
+        "an address other than loopback needs --token-file)",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require the token in FILE on every request (Authorization: Bearer TOKEN "
+        "or ?token=TOKEN)",
+    )
+    serve.add_argument(
+        "--no-heap",
+        dest="heap",
+        action="store_false",
+        help="do not start a heap profile (heap and allocs then answer 404)",
+    )
+    serve.add_argument(
+        "--max-seconds",
+        type=_positive_int,
+        default=300,
+        help="the longest capture a request may ask for (default 300)",
+    )
+    serve.add_argument(
+        "--list",
+        action="store_true",
+        help="list the processes that serve now (from their discovery files) and exit",
+    )
+    serve.add_argument("-m", dest="module", metavar="module", help="run a library module")
+    return parser, {"record": record, "serve": serve}
 
 
-def _split_record_args(args: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """Split ``record``'s arguments into samprof's options and the target's
-    command line (script and its arguments, or the module's arguments)."""
+def _split_run_args(command: str, args: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Split the arguments of ``record`` or ``serve`` into samprof's options
+    and the target's command line (script and its arguments, or the
+    module's arguments)."""
     i = 0
     while i < len(args):
         arg = args[i]
@@ -215,7 +271,7 @@ def _split_record_args(args: Sequence[str]) -> Tuple[List[str], List[str]]:
             return list(args[: i + 1]), list(args[i + 1 :])
         if not arg.startswith("-") or arg == "-":
             return list(args[:i]), list(args[i:])
-        if arg in _RECORD_VALUE_OPTIONS:
+        if arg in _RUN_VALUE_OPTIONS[command]:
             i += 1
         i += 1
     return list(args), []
@@ -372,13 +428,28 @@ def _run_as_main(script: Optional[str], module: Optional[str], argv: List[str]) 
     return 0
 
 
-def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]) -> int:
+def _target(
+    parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]
+) -> Tuple[Optional[str], Optional[str], List[str]]:
+    """(script, module, the program's arguments) of ``record`` or ``serve``."""
     if opts.module is not None:
-        script, module, target_argv = None, opts.module, rest
-    elif rest:
-        script, module, target_argv = rest[0], None, rest[1:]
-    else:
-        parser.error("a script or -m module is required")
+        return None, opts.module, rest
+    if rest:
+        return rest[0], None, rest[1:]
+    parser.error("a script or -m module is required")
+
+
+def _hide_runner_frames() -> None:
+    """The runner's frames sit at the root of every stack of the program;
+    they are samprof's, not the program's."""
+    from samprof._profiler import _hide_file
+
+    for name in _RUNNER_FILES:
+        _hide_file(name)
+
+
+def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]) -> int:
+    script, module, target_argv = _target(parser, opts, rest)
     try:
         classes = _profiler_classes()
     except ImportError as e:
@@ -391,12 +462,7 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         profiler = _make_profiler(parser, classes, opts)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
-    # The runner's frames sit at the root of every stack of the program;
-    # they are samprof's, not the program's.
-    from samprof._profiler import _hide_file
-
-    for name in _RUNNER_FILES:
-        _hide_file(name)
+    _hide_runner_frames()
 
     output = opts.output or _default_output(script, module, opts.mode)
     # The program may change directory; the profile goes where the user meant.
@@ -442,6 +508,102 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
         return status or 1
     print(f"{_PROG}: wrote {output} ({_summary(profiler.stats)})", file=sys.stderr)
     return status
+
+
+def _parse_listen(parser: argparse.ArgumentParser, text: str) -> Tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT, :PORT (every interface, as in Go) or PORT
+    (loopback) as (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "127.0.0.1", text
+    elif host == "":
+        host = "0.0.0.0"
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535 or not host:
+        parser.error(f"argument --listen: expected HOST:PORT, got {text!r}")
+    return host, port
+
+
+def _read_token(path: str) -> str:
+    """The token in a file (surrounding white space dropped); OSError or
+    ValueError says what is wrong with it."""
+    with open(path) as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"{path} is empty")
+    if os.stat(path).st_mode & 0o077:
+        print(
+            f"{_PROG}: warning: {path} can be read by other users; chmod 600 it",
+            file=sys.stderr,
+        )
+    return token
+
+
+def _announce(server: Any) -> None:
+    # os.write, not print: forked children call this (see samprof.http).
+    os.write(2, f"{_PROG}: pid {server.pid} serves {server.url}\n".encode())
+
+
+def _list_servers() -> int:
+    from samprof import http
+
+    found = http.servers()
+    if not found:
+        print(f"{_PROG}: no process serves now ({http.discovery_dir()})", file=sys.stderr)
+        return 0
+    print(f"{'PID':>7} {'PPID':>7} {'TOKEN':5} {'URL':40} COMMAND")
+    for e in found:
+        command = " ".join(str(a) for a in e.get("cmdline") or [])
+        token = "yes" if e.get("token") else "no"
+        print(f"{e['pid']:>7} {e.get('ppid', '?'):>7} {token:5} {e.get('url', '?'):40} {command}")
+    return 0
+
+
+def _serve(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]) -> int:
+    if opts.list:
+        if rest or opts.module is not None:
+            parser.error("--list runs no program")
+        return _list_servers()
+    script, module, target_argv = _target(parser, opts, rest)
+    host, port = _parse_listen(parser, opts.listen)
+    from samprof import http
+
+    token = None
+    if opts.token_file is not None:
+        try:
+            token = _read_token(opts.token_file)
+        except OSError as e:
+            return _error(f"cannot read the token: {opts.token_file}: {e.strerror or e}")
+        except ValueError as e:
+            return _error(f"cannot read the token: {e}")
+    elif not http._is_loopback(host):
+        parser.error(
+            f"argument --listen: {opts.listen} is not a loopback address: serving there "
+            "needs --token-file, or anyone who can reach the port could profile the program"
+        )
+    _set_sys_path(script, module)
+    problem = _check_target(script, module)
+    if problem is not None:
+        message, status = problem
+        _error(message)
+        return status
+    try:
+        server = http.serve(
+            host, port, token=token, heap=opts.heap, max_seconds=opts.max_seconds, per_process=True
+        )
+    except OSError as e:
+        return _error(f"cannot listen on {opts.listen}: {e.strerror or e}")
+    http._announce_forks(_announce)
+    _announce(server)
+    _hide_runner_frames()
+    # The server stays up until the process exits: after the program's main
+    # code, while its other threads still run.
+    return _run_as_main(script, module, target_argv)
 
 
 def _make_profiler(
@@ -566,14 +728,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the samprof command line with ``argv`` (default ``sys.argv[1:]``)
     and return the exit status. Usage errors exit with status 2."""
     args = list(sys.argv[1:] if argv is None else argv)
-    parser, record_parser = _build_parser()
+    parser, subparsers = _build_parser()
     rest: List[str] = []
-    if args and args[0] == "record":
-        options, rest = _split_record_args(args[1:])
-        args = ["record", *options]
+    if args and args[0] in _RUN_VALUE_OPTIONS:
+        options, rest = _split_run_args(args[0], args[1:])
+        args = [args[0], *options]
     opts = parser.parse_args(args)
     if opts.command == "record":
-        return _record(record_parser, opts, rest)
+        return _record(subparsers["record"], opts, rest)
+    if opts.command == "serve":
+        return _serve(subparsers["serve"], opts, rest)
     return _top(opts)
 
 

@@ -24,17 +24,22 @@ that ``go tool pprof`` and pprof scrapers work against it unchanged.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import hmac
 import html
+import json
+import os
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
+import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["Endpoints", "Request", "Response", "Server", "serve"]
+__all__ = ["Endpoints", "Request", "Response", "Server", "serve", "discovery_dir", "servers"]
 
 # The longest capture (CPU, wall, delta profiles) a request may ask for.
 DEFAULT_MAX_SECONDS = 300
@@ -468,8 +473,9 @@ def _peer_closed(sock) -> bool:
 
 class Server:
     """A running ``serve()``: ``url`` is the endpoints' base URL, ``host``
-    and ``port`` where it listens; ``close()`` stops it (and the heap
-    profile it started, if any). Also a context manager."""
+    and ``port`` where it listens, ``pid`` the process it serves;
+    ``close()`` stops it (and the heap profile it started, if any). Also a
+    context manager."""
 
     def __init__(
         self, httpd, endpoints: Endpoints, thread: threading.Thread, heap_profiler
@@ -478,25 +484,86 @@ class Server:
         self._endpoints = endpoints
         self._thread = thread
         self._heap_profiler = heap_profiler
+        # The sockets of the requests being answered: a forked child closes
+        # its copies, so that a client sees the end of its answer when this
+        # process closes it.
+        self._connections: "weakref.WeakSet[Any]" = httpd.connections
+        self._discovery: Optional[str] = None
+        self.pid = os.getpid()
         host, port = httpd.server_address[:2]
         self.host: str = host
         self.port: int = port
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{port}/debug/pprof/"
+        _servers.add(self)
 
     def close(self) -> None:
         """Stop listening and wait for the server thread (captures in
         progress end at their next check)."""
+        global _per_process
         if self._httpd is None:
             return
+        if _per_process is not None and _per_process.get("root") is self:
+            _per_process = None
         self._endpoints.close()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=10)
         self._httpd = None
+        self._remove_discovery()
         prof, self._heap_profiler = self._heap_profiler, None
         if prof is not None and prof.running:
             prof.stop()
+
+    def _forsake(self) -> None:
+        """In a forked child: let go of the parent's server. Its thread did
+        not follow the fork; its listening socket and connections did, and
+        are closed here (the parent's stay open). The parent's discovery
+        file and heap profile stay the parent's."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        for sock in [httpd.socket, *list(self._connections)]:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._discovery = None
+        self._heap_profiler = None
+
+    def _write_discovery(self) -> None:
+        """Write this server's discovery file (see discovery_dir())."""
+        directory = _private_dir(discovery_dir())
+        if directory is None:
+            return
+        entry = {
+            "pid": self.pid,
+            "ppid": os.getppid(),
+            "url": self.url,
+            "host": self.host,
+            "port": self.port,
+            "token": self._endpoints._token is not None,
+            "cmdline": _cmdline(),
+            "started": time.time(),
+            "start_ticks": _start_ticks(self.pid),
+        }
+        path = os.path.join(directory, f"{self.pid}.json")
+        partial = f"{path}.{threading.get_ident()}.tmp"
+        try:
+            with open(partial, "w") as f:
+                json.dump(entry, f)
+            os.replace(partial, path)
+        except OSError:
+            return
+        self._discovery = path
+
+    def _remove_discovery(self) -> None:
+        path, self._discovery = self._discovery, None
+        if path is not None and self.pid == os.getpid():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def __enter__(self) -> "Server":
         return self
@@ -508,6 +575,14 @@ class Server:
         return f"<samprof.http.Server {self.url}>"
 
 
+# The servers of this process (and, after a fork, those it inherited).
+_servers: "weakref.WeakSet[Server]" = weakref.WeakSet()
+# serve(per_process=True): the arguments each forked child serves with, the
+# first server ("root") and the child's own server ("server").
+_per_process: Optional[Dict[str, Any]] = None
+_fork_hook_registered = False
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 6060,
@@ -517,6 +592,7 @@ def serve(
     max_seconds: int = DEFAULT_MAX_SECONDS,
     max_connections: int = 8,
     timeout: float = 10.0,
+    per_process: bool = False,
 ) -> Server:
     """Serve /debug/pprof/ from a thread of this process; return the
     :class:`Server` (its ``url``, ``close()``).
@@ -532,7 +608,42 @@ def serve(
     allocation-heavy code (README, "Heap profiles"), and ``heap=False``
     leaves it off. ``max_connections`` requests are served at once, more
     are refused with 503; a client idle for ``timeout`` seconds is cut.
+
+    A forked child never serves on its parent's socket (it closes its
+    copy). With ``per_process=True`` it serves on one of its own instead:
+    every process forked from this one (a pre-fork server's workers,
+    multiprocessing's fork workers, and their own forks) starts a server
+    with the same settings on a free port of the same host, and each of
+    them, this one included, writes a discovery file (see
+    :func:`discovery_dir` and :func:`servers`).
     """
+    settings = dict(
+        token=token,
+        heap=heap,
+        max_seconds=max_seconds,
+        max_connections=max_connections,
+        timeout=timeout,
+    )
+    server = _start(host, port, **settings)
+    _register_fork_hook()
+    if per_process:
+        global _per_process
+        _per_process = {"host": host, "settings": settings, "root": server, "announce": None}
+        server._write_discovery()
+        servers()  # removes the files of processes that are gone
+    return server
+
+
+def _start(
+    host: str,
+    port: int,
+    *,
+    token: Optional[str],
+    heap: bool,
+    max_seconds: int,
+    max_connections: int,
+    timeout: float,
+) -> Server:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     loopback = _is_loopback(host)
@@ -602,6 +713,7 @@ def serve(
                     pass
                 self.shutdown_request(request)
                 return
+            self.connections.add(request)
             super().process_request(request, client_address)
 
         def handle_error(self, request, client_address) -> None:
@@ -618,6 +730,7 @@ def serve(
 
         HTTPServer.address_family = socket.AF_INET6
     httpd = HTTPServer((host.strip("[]"), port), Handler)
+    httpd.connections = weakref.WeakSet()
     bound_port = httpd.server_address[1]
     if loopback:
         endpoints.allowed_hosts = {
@@ -629,8 +742,150 @@ def serve(
     thread = threading.Thread(
         target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="samprof-http", daemon=True
     )
+    server = Server(httpd, endpoints, thread, heap_profiler)
     thread.start()
-    return Server(httpd, endpoints, thread, heap_profiler)
+    return server
+
+
+def _register_fork_hook() -> None:
+    # Registered by the first serve(), after the profilers' own fork hooks
+    # (imported by then), which must run first in the child: they mark the
+    # parent's profiles stopped, so that the child can start its own.
+    global _fork_hook_registered
+    if not _fork_hook_registered:
+        _fork_hook_registered = True
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        atexit.register(_remove_discovery_files)
+
+
+def _after_fork_in_child() -> None:
+    global _per_process
+    for server in list(_servers):
+        server._forsake()
+    if _per_process is None:
+        return
+    settings = _per_process["settings"]
+    try:
+        server = _start(_per_process["host"], 0, **settings)
+    except Exception as e:  # noqa: BLE001 - never fail the program's fork
+        # os.write, not print: a thread of the parent may have held
+        # sys.stderr's lock at the fork, and no one would release it here.
+        os.write(2, f"samprof: pid {os.getpid()}: cannot serve /debug/pprof/: {e}\n".encode())
+        _per_process = None
+        return
+    _per_process = dict(_per_process, server=server)
+    server._write_discovery()
+    announce = _per_process["announce"]
+    if announce is not None:
+        announce(server)
+
+
+def _remove_discovery_files() -> None:
+    for server in list(_servers):
+        server._remove_discovery()
+
+
+def discovery_dir() -> str:
+    """Where servers started with ``per_process=True`` (and by ``samprof
+    serve``) write their discovery files, one ``PID.json`` each: the
+    directory ``$SAMPROF_DISCOVERY_DIR`` if set, else ``samprof-UID`` in
+    ``$XDG_RUNTIME_DIR`` (else the temporary directory). A file holds the
+    process's pid, parent pid, URL, host, port, command line, whether a
+    token is required (never the token) and when it started; the process
+    removes it when its server closes or it exits normally."""
+    configured = os.environ.get("SAMPROF_DISCOVERY_DIR")
+    if configured:
+        return configured
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return os.path.join(base, f"samprof-{os.getuid()}")
+
+
+def _private_dir(path: str) -> Optional[str]:
+    """``path``, made if missing, if it is a directory of this user's that
+    no one else can write (others could plant entries in a shared one);
+    else None, after saying why on stderr."""
+    import stat
+
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+        problem = None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            problem = "not a directory of this user's that only this user can write"
+    except OSError as e:
+        problem = e.strerror or str(e)
+    if problem is not None:
+        # os.write: this may run in a forked child (see _after_fork_in_child).
+        os.write(2, f"samprof: no discovery files: {path}: {problem}\n".encode())
+        return None
+    return path
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """When the process started (clock ticks since boot, /proc/PID/stat): a
+    pid reused by another process has another."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline() -> List[str]:
+    """This process's command line as ps shows it (a pre-fork server may
+    have retitled its workers), else sys.argv."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return list(sys.argv)
+    return [a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0")]
+
+
+def _alive(entry: Dict[str, Any]) -> bool:
+    pid = entry.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    ticks = _start_ticks(pid)
+    return ticks is not None and ticks == entry.get("start_ticks")
+
+
+def servers(directory: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The live servers' discovery entries (dicts, see
+    :func:`discovery_dir`), by pid. Files of processes that are gone (an
+    ``os._exit``, a kill) are removed on the way."""
+    directory = directory or discovery_dir()
+    found = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path) as f:
+                entry = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(entry, dict) and _alive(entry):
+            found.append(entry)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return sorted(found, key=lambda e: e["pid"])
+
+
+def _announce_forks(announce: Callable[[Server], None]) -> None:
+    """Have each forked child of a ``serve(per_process=True)`` call
+    ``announce`` with its server once it serves (``samprof serve`` prints
+    the address)."""
+    if _per_process is not None:
+        _per_process["announce"] = announce
 
 
 def _start_heap():
