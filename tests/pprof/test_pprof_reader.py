@@ -319,7 +319,7 @@ def _edit(build) -> bytes:  # type: ignore[no-untyped-def]
     [
         (b"", "empty"),
         (b"\x1f\x8b" + b"\0" * 20, "gzip"),
-        (gzip.compress(b"x" * 100)[:-10], "gzip"),
+        (gzip.compress(b"x" * 100, mtime=0)[:-10], "gzip"),
         (b"hello, world\n", "unsupported wire type 4"),
         (b"hhhh", "string_table"),
         (b"\x08" + b"\xff" * 11, "10 bytes"),
