@@ -1,7 +1,7 @@
 """Labels on samples, like Go's ``pprof.Do``.
 
-Every sample (CPU or wall) that a thread takes inside a ``labels`` block
-carries the block's labels as pprof string labels::
+Every sample (CPU, wall or heap) taken inside a ``labels`` block carries
+the block's labels as pprof string labels::
 
     with samprof.labels(route="/wiki", method="GET"):
         handle(request)
@@ -13,18 +13,23 @@ Then ``go tool pprof -tagfocus route=/wiki cpu.pb.gz`` shows only that
 route's samples. Nested blocks add to and override the outer labels and
 restore them on exit.
 
+The labels in effect belong to the execution context, as the value of a
+``contextvars.ContextVar`` does: each thread has its own, and so does each
+asyncio task, which starts with the labels of the code that created it. So
+two requests whose coroutines interleave on one event loop keep their own
+labels across every ``await``, and ``asyncio.to_thread`` or
+``contextvars.copy_context().run`` carry them along; a new
+``threading.Thread`` starts without any.
+
 The context manager is implemented in C: entering looks the merged label
-set up in a cache and stores its id where the signal handler (thread-local
-storage) and the wall sampler (the thread-state dict) read it, without
-allocating in the handler. A label set is a small integer id, so a future
-asyncio integration only has to save the id per task
-(``_core.set_thread_labels`` returns the previous one) and restore it
-when the event loop switches tasks.
+set up in a cache and sets the context variable to its id; the samplers
+read that variable without calling into Python (docs/design.md).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Dict, TypeVar
 
 from samprof import _core
@@ -37,14 +42,23 @@ class labels(_core.labels):
 
     Keys and values are strings: ``labels(route="/wiki")``. Blocks nest;
     an inner block adds to and overrides the outer labels until it exits.
-    As a decorator, each call of the function runs in its own block, so a
-    decorated function may run in several threads at once.
+    As a decorator, each call of the function runs in its own block (of an
+    ``async def`` function: the whole coroutine, across its awaits), so a
+    decorated function may run in several threads and tasks at once.
     """
 
     __slots__ = ()
 
     def __call__(self, fn: _F) -> _F:
         pairs = self.labels
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with _core.labels(**pairs):
+                    return await fn(*args, **kwargs)
+
+            return coroutine_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -55,5 +69,5 @@ class labels(_core.labels):
 
 
 def current_labels() -> Dict[str, str]:
-    """The labels in effect in the calling thread."""
+    """The labels in effect in the calling context (thread, asyncio task)."""
     return dict(_core.thread_labels())

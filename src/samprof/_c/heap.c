@@ -20,6 +20,7 @@
 #include "frames.h"
 #include "pprof.h"
 #include "ring.h"
+#include "labels.h"
 #include "tctx.h"
 
 /* One installation of our allocator on one domain. Never freed: a hook
@@ -286,8 +287,9 @@ heap_sample(tctx_heap_t *t, void *ptr, size_t size)
     int64_t values[4] = {1, (int64_t)size, 1, (int64_t)size};
     size_t index;
     H.stats.sampled++;
-    if (collect_add_values(s, s->stack, n, tctx_tid(), tctx_labels(), extra,
-                           values, &index)
+    if (collect_add_values(s, s->stack, n, tctx_tid(),
+                           labels_of(heap_thread_state()), extra, values,
+                           &index)
             == 0
         && heap_track((uintptr_t)ptr, (uint32_t)index) < 0) {
         /* Its free will not be seen: in-use leaves it out now. */

@@ -222,8 +222,7 @@ module_start(PyObject *self, PyObject *args)
         }
     }
     if (wall
-        && wall_start(&M.session, M.cfg.period_ns, M.cfg.max_depth,
-                      labels_dict_key(), M.sampling,
+        && wall_start(&M.session, M.cfg.period_ns, M.cfg.max_depth, M.sampling,
                       M.sampling ? (unsigned long)collector_thread() : 0)
                < 0) {
         goto fail_collector;
@@ -448,22 +447,11 @@ module_register_labelset(PyObject *self, PyObject *pairs)
 }
 
 static PyObject *
-module_set_thread_labels(PyObject *self, PyObject *arg)
+module_labels_in_samples(PyObject *self, PyObject *noargs)
 {
     (void)self;
-    unsigned long id = PyLong_AsUnsignedLong(arg);
-    if (id == (unsigned long)-1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (id > (unsigned long)PyList_GET_SIZE(labels_registry())) {
-        PyErr_SetString(PyExc_ValueError, "unknown label set");
-        return NULL;
-    }
-    uint32_t old = tctx_labels();
-    if (labels_set_current((uint32_t)id) < 0) {
-        return NULL;
-    }
-    return PyLong_FromUnsignedLong(old);
+    (void)noargs;
+    return PyBool_FromLong(labels_in_samples());
 }
 
 static PyObject *
@@ -471,7 +459,7 @@ module_thread_labels(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    uint32_t id = tctx_labels();
+    uint32_t id = labels_current();
     if (id == 0) {
         return PyTuple_New(0);
     }
@@ -767,11 +755,11 @@ static PyMethodDef module_methods[] = {
      "register_labelset(pairs)\n--\n\n"
      "Register a tuple of (key, value) pairs; return its id."},
     {"thread_labels", module_thread_labels, METH_NOARGS,
-     "thread_labels()\n--\n\nThe calling thread's labels as (key, value) "
-     "pairs."},
-    {"set_thread_labels", module_set_thread_labels, METH_O,
-     "set_thread_labels(id)\n--\n\n"
-     "Set the calling thread's label set; return the previous id."},
+     "thread_labels()\n--\n\nThe labels of the calling context (thread, "
+     "asyncio task) as (key, value) pairs."},
+    {"labels_in_samples", module_labels_in_samples, METH_NOARGS,
+     "labels_in_samples()\n--\n\nWhether samples carry labels (this "
+     "Python's contexts are laid out as samprof reads them)."},
     {"gc_callback", module_gc_callback, METH_VARARGS,
      "gc_callback(phase, info)\n--\n\nFor gc.callbacks while profiling."},
     {"_arm_this_thread", module_arm_this_thread, METH_NOARGS,

@@ -30,6 +30,7 @@
 #include "clock.h"
 #include "frames.h"
 #include "grow.h"
+#include "labels.h"
 #include "tctx.h"
 
 #ifndef sigev_notify_thread_id
@@ -49,8 +50,9 @@
  * general-dynamic model's first access can call malloc (docs/design.md
  * §2). */
 #define SAMPLER_TLS __thread __attribute__((tls_model("initial-exec")))
-/* (The thread's id, labels, GC flag and samprof-thread flag are the
- * thread context every sampler shares: tctx.h.) */
+/* (The thread's id, GC flag and samprof-thread flag are the thread
+ * context every sampler shares: tctx.h; its labels come from its Python
+ * context: labels.h.) */
 static SAMPLER_TLS int tls_perf_fd = -1;      /* perf fd whose period is set */
 static SAMPLER_TLS uint64_t tls_perf_profile; /* ... in this profile */
 static SAMPLER_TLS int64_t
@@ -162,7 +164,7 @@ sampler_record(sampler_source_t src, uint32_t weight, int32_t tid)
     slot->weight = weight;
     slot->depth = (uint16_t)depth;
     slot->flags = flags;
-    slot->labels = tctx_labels();
+    slot->labels = labels_of(ts);
     slot->source = (uint8_t)src;
     if (flags & RING_TORN) {
         sampler_count(&S.counters.dropped[SAMPLER_DROP_TORN], 1);

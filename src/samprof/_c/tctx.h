@@ -1,7 +1,6 @@
 /* tctx: the calling thread's context, as every sampler reads it: its
- * native id, its active label set, whether it is inside the cyclic garbage
- * collector, whether it is one of samprof's own threads, and its heap
- * sampling state.
+ * native id, whether it is inside the cyclic garbage collector, whether it is
+ * one of samprof's own threads, and its heap sampling state.
  *
  * Each thread writes only its own context, and samplers read it on that
  * same thread: the CPU signal handler, the GC callback, the allocator
@@ -21,7 +20,6 @@
 
 /* The storage behind the accessors; use the accessors. */
 extern TCTX_TLS int32_t tctx_tid_cache;     /* gettid(), 0 = not read yet */
-extern TCTX_TLS uint32_t tctx_label_set;    /* label-set id, 0 = none */
 extern TCTX_TLS uint8_t tctx_gc_depth_flag; /* 1 inside the cyclic GC */
 extern TCTX_TLS uint8_t tctx_samprof_flag;  /* 1 on samprof's own threads */
 
@@ -57,19 +55,6 @@ static inline void
 tctx_forget_tid(void)
 {
     tctx_tid_cache = 0;
-}
-
-/* The label set the thread's samples carry (labels.c sets it). */
-static inline uint32_t
-tctx_labels(void)
-{
-    return tctx_label_set;
-}
-
-static inline void
-tctx_set_labels(uint32_t labels)
-{
-    tctx_label_set = labels;
 }
 
 /* Whether the thread is inside a collection of the cyclic GC (between the

@@ -11,6 +11,8 @@
  *   the atomics W.gc_active and W.skipped_ticks. */
 #include "wall.h"
 
+#include "labels.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -51,7 +53,6 @@ typedef struct {
     collect_session_t *session; /* where samples go (module.c's) */
     uint64_t period_ns;
     uint32_t max_depth;
-    PyObject *labels_key;  /* borrowed */
     int on_cpu_sampler;    /* sampler.c delivers on-CPU samples */
     unsigned long ignored; /* pthread id of samprof's collector, 0 */
     pthread_t thread;
@@ -246,23 +247,6 @@ wall_forget_unseen(void)
     }
 }
 
-static uint32_t
-wall_thread_labels(PyThreadState *ts)
-{
-    if (ts->dict == NULL || W.labels_key == NULL) {
-        return 0;
-    }
-    PyObject *v = PyDict_GetItem(ts->dict, W.labels_key);
-    if (v == NULL || !PyLong_Check(v)) {
-        return 0;
-    }
-    unsigned long id = PyLong_AsUnsignedLong(v);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return (uint32_t)id;
-}
 
 /* Adds `spent` ns of ts's collection as a "<gc>" sample on top of the
  * stack that triggered it, and remembers it in th->gc_ns so the thread's
@@ -275,8 +259,7 @@ wall_gc_add(wall_thread_t *th, PyThreadState *ts, int64_t spent, int on_cpu)
     }
     th->gc_ns += spent;
     int64_t count = (spent + (int64_t)W.period_ns / 2) / (int64_t)W.period_ns;
-    collect_add(W.session, W.gc_stack, W.gc_depth, th->tid,
-                wall_thread_labels(ts),
+    collect_add(W.session, W.gc_stack, W.gc_depth, th->tid, labels_of(ts),
                 collect_state_string(W.session, on_cpu), count, spent);
     W.stats.gc_samples += (uint64_t)count;
 }
@@ -311,9 +294,8 @@ wall_add_off_cpu(wall_thread_t *th, PyThreadState *ts, int64_t value,
     th->count_carry += value;
     int64_t count = th->count_carry / (int64_t)W.period_ns;
     th->count_carry -= count * (int64_t)W.period_ns;
-    collect_add(W.session, th->stack, th->depth, th->tid,
-                wall_thread_labels(ts), collect_state_string(W.session, 0),
-                count, value);
+    collect_add(W.session, th->stack, th->depth, th->tid, labels_of(ts),
+                collect_state_string(W.session, 0), count, value);
     W.stats.samples++;
 }
 
@@ -370,8 +352,7 @@ wall_sample_thread(PyThreadState *ts, uint64_t ticks)
     th->gc_ns = 0;
     /* count is the periods the sample stands for: ticks delayed by a
      * GIL holder are accounted, not lost. */
-    collect_add(W.session, th->stack, th->depth, th->tid,
-                wall_thread_labels(ts),
+    collect_add(W.session, th->stack, th->depth, th->tid, labels_of(ts),
                 collect_state_string(W.session, used > 0),
                 (int64_t)((uint64_t)value / W.period_ns), value);
     W.stats.samples++;
@@ -472,8 +453,7 @@ wall_main(void *arg)
 
 int
 wall_start(collect_session_t *session, uint64_t period_ns, uint32_t max_depth,
-           PyObject *labels_key, int on_cpu_sampler,
-           unsigned long ignored_thread)
+           int on_cpu_sampler, unsigned long ignored_thread)
 {
     if (W.running) {
         PyErr_SetString(PyExc_RuntimeError, "wall sampler already running");
@@ -482,7 +462,6 @@ wall_start(collect_session_t *session, uint64_t period_ns, uint32_t max_depth,
     W.session = session;
     W.period_ns = period_ns;
     W.max_depth = max_depth;
-    W.labels_key = labels_key;
     W.on_cpu_sampler = on_cpu_sampler;
     W.ignored = ignored_thread;
     W.stop = 0;

@@ -27,16 +27,14 @@ typedef struct {
 } wall_stats_t;
 
 /* Starts the sampler thread, which adds its samples to session (a live
- * collect session that must outlive the sampler). labels_key is the
- * thread-dict key under which
- * a thread's label-set id is kept (borrowed; must outlive the profile).
- * With on_cpu_sampler, the CPU sampler (sampler.c, user_only) is running:
- * threads it has armed get their on-CPU time from its signals, and this
- * thread records only their off-CPU time. ignored_thread (a pthread id, or
- * 0) is samprof's collector, left out. Returns 0, or -1 with an exception
- * set. Caller holds the GIL. */
+ * collect session that must outlive the sampler), each with the labels of
+ * its thread's current context (labels_of). With on_cpu_sampler, the CPU
+ * sampler (sampler.c, user_only) is running: threads it has armed get their
+ * on-CPU time from its signals, and this thread records only their off-CPU
+ * time. ignored_thread (a pthread id, or 0) is samprof's collector, left out.
+ * Returns 0, or -1 with an exception set. Caller holds the GIL. */
 int wall_start(collect_session_t *session, uint64_t period_ns,
-               uint32_t max_depth, PyObject *labels_key, int on_cpu_sampler,
+               uint32_t max_depth, int on_cpu_sampler,
                unsigned long ignored_thread);
 
 /* Stops and joins the sampler thread. Caller holds the GIL (released while
