@@ -33,19 +33,24 @@ from typing import TYPE_CHECKING, Any, List
 if TYPE_CHECKING:
     from samprof._heap import HeapProfiler, HeapStats
     from samprof._labels import current_labels, labels
+    from samprof._middleware import Backend, RequestInfo, SamplingBackend, set_route
     from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
     from samprof.http import serve
 
 __all__ = [
+    "Backend",
     "CPUProfiler",
     "HeapProfiler",
     "HeapStats",
     "ProfileStats",
     "ProfilerError",
+    "RequestInfo",
+    "SamplingBackend",
     "WallProfiler",
     "current_labels",
     "labels",
     "serve",
+    "set_route",
     "__version__",
 ]
 __version__ = "0.1.0"
@@ -53,6 +58,7 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it. Each of these modules needs the
 # compiled core (through samprof._core), so none is imported until asked for.
 _LAZY = {
+    "Backend": "samprof._middleware",
     "CPUProfiler": "samprof._profiler",
     "HeapProfiler": "samprof._heap",
     "HeapStats": "samprof._heap",
@@ -61,7 +67,10 @@ _LAZY = {
     "WallProfiler": "samprof._profiler",
     "current_labels": "samprof._labels",
     "labels": "samprof._labels",
+    "RequestInfo": "samprof._middleware",
+    "SamplingBackend": "samprof._middleware",
     "serve": "samprof.http",
+    "set_route": "samprof._middleware",
 }
 
 

@@ -1,5 +1,6 @@
-"""The /debug/pprof endpoints as an ASGI application, to mount inside an
-existing one (Starlette, FastAPI, Django's ASGI handler) so that they ride
+"""ASGI: :class:`ProfilerMiddleware`, which profiles an application's
+requests (below), and the /debug/pprof endpoints as an ASGI application,
+to mount inside an existing one (Starlette, FastAPI, Django's ASGI handler) so that they ride
 on its port (and behind its auth)::
 
     import samprof.asgi
@@ -23,7 +24,7 @@ from typing import Any, Awaitable, Callable, Dict, MutableMapping
 from samprof.http import Request, Response, _MountedApp
 from samprof.wsgi import _MAX_BODY, _sub_path
 
-__all__ = ["PprofApp"]
+__all__ = ["PprofApp", "ProfilerMiddleware", "set_route"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Dict[str, Any]]]
@@ -107,3 +108,134 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+class ProfilerMiddleware:
+    """Profiles the requests of an ASGI application; the options are
+    :class:`samprof.wsgi.ProfilerMiddleware`'s (``when`` as a function
+    gets the ASGI scope)::
+
+        app = samprof.asgi.ProfilerMiddleware(app, profile_dir="/var/tmp/profiles")
+
+    The labels of a request follow its task: requests whose coroutines take
+    turns on one event loop are each charged for their own time. Starlette
+    and FastAPI routes are found as the router picks them (``route`` is the
+    route's path template); other applications name theirs with
+    :func:`samprof.asgi.set_route`.
+    """
+
+    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
+        from samprof._middleware import Profiling
+
+        self.app = app
+        self.profiling = Profiling(**options)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._watch_lifespan(receive), send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        profiling = self.profiling
+        header = None
+        if profiling.trigger:
+            for key, value in scope.get("headers", ()):
+                if key.decode("latin-1").lower() == profiling.trigger_header:
+                    header = value.decode("latin-1")
+                    break
+        selected = profiling.select(scope, scope.get("query_string", b"").decode("latin-1"), header)
+        if selected is None:
+            await self.app(scope, receive, send)
+            return
+        await self._profiled(scope, receive, send, selected)
+
+    def _watch_lifespan(self, receive: Receive) -> Receive:
+        """The server's lifespan messages, passed on; at shutdown this
+        process's last profile is written first (uvicorn then ends the
+        process by the signal that stopped it, so atexit never runs)."""
+
+        async def watched() -> Dict[str, Any]:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown":
+                self.profiling.shutdown()
+            return message
+
+        return watched
+
+    async def _profiled(
+        self, scope: Scope, receive: Receive, send: Send, wants_profile: bool
+    ) -> None:
+        from samprof._middleware import NO_PROFILE, profile_response, set_status
+
+        profiling = self.profiling
+        request = profiling.begin(scope.get("method", "GET"), scope.get("path", "/"), wants_profile)
+
+        async def send_status(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                set_status(request, int(message.get("status", 200)))
+            if not wants_profile:
+                await send(message)
+
+        try:
+            await self.app(_RoutedScope(scope), receive, send_status)
+        finally:
+            data = profiling.end(request)
+        if not wants_profile:
+            return
+        if data is None:
+            await _send(
+                send,
+                Response(
+                    503,
+                    [("Content-Type", "text/plain")],
+                    NO_PROFILE,
+                ),
+                False,
+            )
+            return
+        accept = ""
+        for key, value in scope.get("headers", ()):
+            if key.decode("latin-1").lower() == "accept":
+                accept = value.decode("latin-1")
+        content_type, headers, payload = profile_response(data, accept)
+        await _send(send, Response(200, [("Content-Type", content_type), *headers], payload), False)
+
+
+class _RoutedScope(dict):
+    """The scope, passed on as a dict that notices the router: Starlette
+    (and FastAPI) set ``scope["route"]`` to the route they picked, or, in
+    older versions, put its endpoint in; the request's samples then carry
+    the route's path template."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        if key == "route":
+            _route_found(getattr(value, "path", None))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        if "route" in self and isinstance(getattr(self["route"], "path", None), str):
+            return
+        endpoint = dict(*args, **kwargs).get("endpoint")
+        if endpoint is None:
+            return
+        for route in getattr(self.get("app"), "routes", ()):
+            if getattr(route, "endpoint", None) is endpoint:
+                _route_found(getattr(route, "path", None))
+                return
+
+
+def _route_found(path: Any) -> None:
+    if isinstance(path, str):
+        from samprof._middleware import set_route as _set_route
+
+        _set_route(path)
+
+
+def set_route(template: str) -> None:
+    """Name the route of the request being served (see
+    :func:`samprof._middleware.set_route`)."""
+    from samprof._middleware import set_route as _set_route
+
+    _set_route(template)

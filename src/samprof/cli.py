@@ -5,7 +5,7 @@
     samprof record [--mode cpu|wall|heap] [--hz N | --rate BYTES [--numpy]]
                    [-o FILE] [--] script.py [args ...]
     samprof record [options] -m module [args ...]
-    samprof top FILE|DIR ... [-n N] [-i TYPE] [--diff-base FILE|DIR]
+    samprof top FILE|DIR ... [-n N] [-i TYPE] [--tag KEY=VALUE] [--diff-base FILE|DIR]
     samprof serve [--listen HOST:PORT] [--token-file FILE] [--no-heap]
                   [--] script.py [args ...]
     samprof serve [options] -m module [args ...]
@@ -196,6 +196,13 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
         metavar="TYPE",
         help="sample type to report, e.g. cpu, samples, inuse_space or alloc_space "
         "(default: the profile's default), as go tool pprof -sample_index",
+    )
+    show.add_argument(
+        "--tag",
+        metavar="KEY=VALUE",
+        action="append",
+        help="only the samples labelled KEY=VALUE, e.g. route=/users/{id} (may repeat: "
+        "every key must match, one of a key's values), like go tool pprof -tagfocus",
     )
     show.add_argument(
         "--diff-base",
@@ -696,6 +703,17 @@ def _load(paths: Sequence[str]) -> pprof.Profile:
         raise _CannotLoad(f"cannot merge {', '.join(files)}: {e}") from None
 
 
+def _tags(specs: Sequence[str]) -> Dict[str, List[str]]:
+    """--tag KEY=VALUE options as pprof.filter's labels."""
+    wanted: Dict[str, List[str]] = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key:
+            raise _CannotLoad(f"--tag takes KEY=VALUE, got {spec!r}")
+        wanted.setdefault(key, []).append(value)
+    return wanted
+
+
 def _top(opts: argparse.Namespace) -> int:
     try:
         profile = _load(opts.files)
@@ -705,6 +723,8 @@ def _top(opts: argparse.Namespace) -> int:
                 profile = pprof.diff(profile, base)
             except ValueError as e:
                 return _error(f"cannot compare with the base: {e}")
+        if opts.tag:
+            profile = pprof.filter(profile, _tags(opts.tag))
     except _CannotLoad as e:
         return _error(str(e))
     try:

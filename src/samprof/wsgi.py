@@ -1,5 +1,7 @@
-"""The /debug/pprof endpoints as a WSGI application, to mount inside an
-existing one so that they ride on its port (and behind its auth)::
+"""WSGI: :class:`ProfilerMiddleware`, which profiles an application's
+requests (below), and the /debug/pprof endpoints as a WSGI application,
+to mount inside an existing one so that they ride on its port (and behind
+its auth)::
 
     import samprof.wsgi
     from werkzeug.middleware.dispatcher import DispatcherMiddleware
@@ -23,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from samprof.http import Request, _MountedApp
 
-__all__ = ["PprofApp"]
+__all__ = ["PprofApp", "ProfilerMiddleware", "set_route"]
 
 _MAX_BODY = 1 << 20
 _PREFIX = "/debug/pprof"
@@ -82,3 +84,138 @@ class PprofApp(_MountedApp):
         out.append(("Content-Length", str(len(response.body))))
         start_response(_status_line(response.status), out)
         return [] if method == "HEAD" else [response.body]
+
+
+class ProfilerMiddleware:
+    """Profiles the requests of a WSGI application::
+
+        app.wsgi_app = samprof.wsgi.ProfilerMiddleware(
+            app.wsgi_app, profile_dir="/var/tmp/profiles"
+        )
+
+    ``when``: which requests: ``"always"`` (the default: every request,
+    and the sampler runs all the time), a fraction such as ``0.05``,
+    ``"trigger"`` (requests with ``?samprof`` or an ``X-Samprof`` header;
+    ``trigger_param``, ``trigger_header`` rename them, ``trigger_token``
+    makes the value a secret to match), or a function of the WSGI environ
+    returning a bool.
+
+    ``backend``: ``"sampling"`` (samprof's sampler; ``mode="cpu"`` or
+    ``"wall"``, ``hz``) or an object with the :class:`samprof.Backend`
+    methods. Every sample of a profiled request carries its labels:
+    ``route`` (the template the application names with
+    :func:`samprof.wsgi.set_route`, else the path's first segment),
+    ``method``, and, once the response started, ``status`` (``2xx``).
+
+    ``profile_dir``: each process writes ``{name}.{pid}.{seq}.pb.gz`` there
+    every ``flush_interval`` seconds (60) and at exit (SIGTERM included,
+    unless the server handles SIGTERM itself, as gunicorn does, and then
+    exits normally); ``samprof top DIR`` reads them all. A triggered
+    request is answered with its own profile when ``respond_with_profile``
+    (the default): the pprof file, or for a browser a page with its top
+    functions.
+
+    When no request is to be profiled (``when="trigger"`` and no trigger),
+    a request costs a dictionary lookup.
+    """
+
+    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
+        from samprof._middleware import Profiling
+
+        self.app = app
+        self.profiling = Profiling(**options)
+
+    def __call__(
+        self, environ: Dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        profiling = self.profiling
+        selected = profiling.select(
+            environ,
+            environ.get("QUERY_STRING", ""),
+            environ.get(profiling.trigger_environ),
+        )
+        if selected is None:
+            return self.app(environ, start_response)
+        return self._profiled(environ, start_response, selected)
+
+    def _profiled(
+        self, environ: Dict[str, Any], start_response: Callable[..., Any], wants_profile: bool
+    ) -> Iterable[bytes]:
+        from samprof._middleware import NO_PROFILE, profile_response, set_status
+
+        profiling = self.profiling
+        request = profiling.begin(
+            environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "") or "/", wants_profile
+        )
+
+        def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+            try:
+                set_status(request, int(status.split(" ", 1)[0]))
+            except ValueError:
+                pass
+            if wants_profile:
+                return lambda data: None  # the answer is the profile
+            return start_response(status, headers, exc_info)
+
+        try:
+            body = self.app(environ, start)
+        except BaseException:
+            profiling.end(request)
+            raise
+        if not wants_profile:
+            return _Body(body, lambda: profiling.end(request))
+        try:
+            for _ in body:
+                pass
+        finally:
+            close = getattr(body, "close", None)
+            try:
+                if close is not None:
+                    close()
+            finally:
+                data = profiling.end(request)
+        if data is None:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [NO_PROFILE]
+        content_type, headers, payload = profile_response(data, environ.get("HTTP_ACCEPT", ""))
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(payload)))] + headers
+        start_response("200 OK", headers)
+        return [payload]
+
+
+class _Body:
+    """The application's response body, passed through; the request ends
+    (its labels and profile) when the server closes it, as PEP 3333 says
+    it must, or when the body is used up."""
+
+    def __init__(self, body: Iterable[bytes], end: Callable[[], Any]) -> None:
+        self._body = body
+        self._end: Any = end
+
+    def __iter__(self) -> Any:
+        try:
+            yield from self._body
+        except BaseException:
+            self._finish()
+            raise
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        end, self._end = self._end, None
+        if end is not None:
+            end()
+
+
+def set_route(template: str) -> None:
+    """Name the route of the request being served (see
+    :func:`samprof._middleware.set_route`)."""
+    from samprof._middleware import set_route as _set_route
+
+    _set_route(template)

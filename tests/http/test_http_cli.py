@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import Iterator, List
 
 import pytest
@@ -20,73 +19,18 @@ from support import SCRIPTS
 from support.httpclient import assert_go_error, get
 from support.processes import run_samprof, samprof_env
 from support.profiles import go_pprof_files
+from support.servers import GUNICORN_LISTENING, Running, running
 
 from samprof import http
 
 SERVES = re.compile(r"samprof: pid (\d+) serves (http://127\.0\.0\.1:(\d+)/debug/pprof/)")
 
 
-class Running:
-    """A `python -m samprof ARGS` process whose stderr is read as it comes."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        self.stderr: List[str] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            with self._changed:
-                self.stderr.append(line)
-                self._changed.notify_all()
-        with self._changed:
-            self.stderr.append("")  # the end
-            self._changed.notify_all()
-
-    def wait_for(self, pattern: "re.Pattern[str]", count: int, timeout: float = 30) -> list:
-        """The first `count` matches of pattern in stderr, waiting for them."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                found = [m for m in map(pattern.search, self.stderr) if m]
-                if len(found) >= count:
-                    return found[:count]
-                left = deadline - time.monotonic()
-                assert left > 0 and self.stderr[-1:] != [""], (
-                    f"wanted {count} lines like {pattern.pattern}:\n{''.join(self.stderr)}"
-                )
-                self._changed.wait(left)
-
-    def finish(self, timeout: float = 30) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self._reader.join(timeout=5)
-
-
 @contextlib.contextmanager
 def samprof_serve(*args: str, cwd: str) -> Iterator[Running]:
-    """Runs `python -m samprof serve ARGS`; kills it if it is still running
-    when the block ends (it has 30 s to end once asked)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "samprof", "serve", *args],
-        cwd=cwd,
-        env=samprof_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-    )
-    running = Running(proc)
-    try:
-        yield running
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        running.finish()
+    """Runs `python -m samprof serve ARGS`, bounded (support/servers.py)."""
+    with running([sys.executable, "-m", "samprof", "serve", *args], cwd, samprof_env()) as r:
+        yield r
 
 
 @pytest.fixture(autouse=True)
@@ -124,11 +68,11 @@ def test_serve_runs_a_script_with_the_endpoints_on(tmp_path, discovery):
     with samprof_serve(
         "--listen", "127.0.0.1:0", "--", os.path.join(SCRIPTS, "serve_forks.py"), str(stop),
         cwd=str(tmp_path),
-    ) as running:  # fmt: skip
-        found = running.wait_for(SERVES, 3)
+    ) as served:  # fmt: skip
+        found = served.wait_for(SERVES, 3)
         pids = [int(m.group(1)) for m in found]
         ports = [int(m.group(3)) for m in found]
-        parent = running.proc.pid
+        parent = served.proc.pid
         assert pids[0] == parent and len(set(pids)) == 3 and len(set(ports)) == 3, found
         # Only the parent holds its listening socket: the children closed
         # the copies the fork gave them.
@@ -149,7 +93,7 @@ def test_serve_runs_a_script_with_the_endpoints_on(tmp_path, discovery):
         assert listed.returncode == 0
         assert all(str(p) in listed.stdout.decode() for p in pids), listed.stdout
         stop.touch()
-        assert running.finish() == 0, "".join(running.stderr)
+        assert served.finish() == 0, "".join(served.stderr)
     # The processes that exited through the interpreter removed their files;
     # the os._exit child's is removed by the next reader.
     exited, skipped_exit = map(int, (tmp_path / "stop.children").read_text().split())
@@ -173,11 +117,11 @@ def test_gunicorn_workers_each_serve_on_their_own_port(tmp_path, discovery):
         "--listen", "127.0.0.1:0", "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:0",
         "--chdir", SCRIPTS, "--graceful-timeout", "5", "serve_wsgi_app:app",
         cwd=str(tmp_path),
-    ) as running:  # fmt: skip
-        found = running.wait_for(SERVES, 3)
-        [listening] = running.wait_for(re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)"), 1)
+    ) as served:  # fmt: skip
+        found = served.wait_for(SERVES, 3)
+        [listening] = served.wait_for(GUNICORN_LISTENING, 1)
         app_port = int(listening.group(1))
-        master = running.proc.pid
+        master = served.proc.pid
         workers = [int(m.group(1)) for m in found[1:]]
         assert int(found[0].group(1)) == master, found
         entries = {e["pid"]: e for e in http.servers(str(discovery))}
@@ -211,8 +155,8 @@ def test_gunicorn_workers_each_serve_on_their_own_port(tmp_path, discovery):
         _, _, body = get(int(found[1].group(3)), "/debug/pprof/goroutine?debug=1")
         assert b"workers/sync.py" in body and b"arbiter.py" in body, body
 
-        running.proc.send_signal(signal.SIGTERM)
-        assert running.finish() == 0, "".join(running.stderr)
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.finish() == 0, "".join(served.stderr)
     assert os.listdir(discovery) == []
 
 

@@ -1,0 +1,547 @@
+"""What samprof.wsgi.ProfilerMiddleware and samprof.asgi.ProfilerMiddleware
+share: which requests to profile, the labels every profiled request's
+samples carry, the backend that profiles, and the files each process
+writes.
+
+A request goes through :class:`Profiling` in three calls: ``select`` (a
+dict lookup when nothing is to be profiled), ``begin`` before the
+application runs, ``end`` after its response; ``set_route`` and
+``set_status`` in between relabel the rest of it. A backend (the
+:class:`Backend` interface) does the profiling; :class:`SamplingBackend`
+is samprof's CPU or wall sampler.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import hmac
+import os
+import random
+import signal
+import threading
+import urllib.parse
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from samprof import pprof
+
+__all__ = ["Backend", "RequestInfo", "SamplingBackend", "set_route"]
+
+# The label that tells concurrent triggered requests' samples apart: a
+# small pool of values, so that the label sets stay few (samprof keeps
+# every label set for the life of the process).
+_TRIGGER_LABEL = "samprof_request"
+_TRIGGER_SLOTS = 64
+# The answer to a triggered request that got no profile.
+NO_PROFILE = (
+    b"samprof: this request could not be profiled: another CPU or wall profile runs "
+    b"in this process, or too many requests asked at once\n"
+)
+
+
+class RequestInfo:
+    """One request, as the middleware and its backend see it. ``route``
+    is the route template once the application told it (``set_route``),
+    else the path's first segment; ``wants_profile``: a triggered request
+    whose response is its own profile."""
+
+    __slots__ = (
+        "method",
+        "path",
+        "route",
+        "status",
+        "wants_profile",
+        "extra_labels",
+        "labels",
+        "state",
+        "token",
+    )
+
+    def __init__(self, method: str, path: str, wants_profile: bool) -> None:
+        self.method = method
+        self.path = path
+        self.route = _route_fallback(path)
+        self.status: Optional[int] = None
+        self.wants_profile = wants_profile
+        # Labels a backend adds to the request's own (in begin).
+        self.extra_labels: Dict[str, str] = {}
+        # samprof.labels blocks entered for this request, innermost last.
+        self.labels: List[Any] = []
+        self.state: Any = None  # the backend's
+        self.token: Any = None
+
+
+def _route_fallback(path: str) -> str:
+    """The path's first segment, e.g. ``/users/…`` for ``/users/42``: a
+    label must not carry ids (each value is kept for the whole process)."""
+    parts = path.lstrip("/").split("/", 1)
+    first = parts[0][:64]
+    if not first:
+        return "/"
+    return f"/{first}/…" if len(parts) > 1 and parts[1] else f"/{first}"
+
+
+class Backend:
+    """What the middleware asks of a profiler. Subclass it (or write any
+    object with these methods) and pass an instance as ``backend=``.
+
+    Calls come from the threads that serve requests, several at once; a
+    pre-fork server's workers each use their copy of the object from the
+    fork on, so a backend keys its state by process where it matters.
+    """
+
+    #: File name suffix of what ``collect`` returns.
+    suffix = ".pb.gz"
+
+    def begin(self, request: RequestInfo) -> None:
+        """Called before the application runs, in the request's thread
+        and context; may set ``request.state``, and add labels to the
+        request's (``request.extra_labels``)."""
+
+    def end(self, request: RequestInfo) -> Optional[bytes]:
+        """Called after the response, in the same thread and context.
+        Returns the request's own profile when ``request.wants_profile``
+        (None: not available), else None."""
+        return None
+
+    def collect(self) -> Optional[bytes]:
+        """Everything profiled since the last call, as one file's content,
+        or None when there is nothing. Called every flush interval, from
+        another thread than the requests'."""
+        return None
+
+    def close(self) -> Optional[bytes]:
+        """The last ``collect``; no call follows in this process."""
+        return self.collect()
+
+
+class SamplingBackend(Backend):
+    """samprof's sampler: ``mode`` "cpu" (default) or "wall", ``hz``.
+
+    With ``continuous`` (the middleware's ``when="always"``) the profiler
+    runs from the first request to the end of the process, and every
+    sample goes to the files, the process's other threads included;
+    otherwise it runs while a profiled request does, and the files keep
+    the samples of profiled requests (those with a ``route`` label). A
+    request's samples carry its labels (``route``, ``method``, then
+    ``status``) across threads and asyncio tasks alike.
+
+    Only one CPU or wall profile can run in a process: while another one
+    does (``samprof.serve``'s ``/profile``, a ``CPUProfiler`` of the
+    program's own), requests are served unprofiled and counted in
+    ``unprofiled``.
+    """
+
+    suffix = ".pb.gz"
+
+    def __init__(self, mode: str = "cpu", hz: int = 100, *, continuous: bool = False) -> None:
+        if mode not in ("cpu", "wall"):
+            raise ValueError(f"mode must be 'cpu' or 'wall', got {mode!r}")
+        self.mode = mode
+        self.hz = hz
+        self.continuous = continuous
+        self.unprofiled = 0
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._profiler: Any = None
+        self._active = 0  # profiled requests running
+        self._parts: List[pprof.Profile] = []  # for the next collect
+        self._free_slots = list(range(_TRIGGER_SLOTS - 1, -1, -1))
+        # Samples of each running triggered request, gathered at each stop.
+        self._slot_parts: Dict[int, List[pprof.Profile]] = {}
+        self._closed = False
+
+    def _own(self) -> None:
+        # In a forked child the parent's profiler is gone (samprof stops it
+        # there); start afresh.
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._reset()
+
+    def _start(self) -> bool:
+        from samprof._profiler import CPUProfiler, ProfilerError, WallProfiler
+
+        cls = CPUProfiler if self.mode == "cpu" else WallProfiler
+        profiler = cls(self.hz)
+        try:
+            profiler.start()
+        except ProfilerError:
+            return False
+        self._profiler = profiler
+        return True
+
+    def _stop(self) -> None:
+        """Stops the profiler (lock held) and sorts what it recorded: each
+        running triggered request's samples to its slot, the rest (or the
+        profiled requests' share of it) to the next collect."""
+        profiler, self._profiler = self._profiler, None
+        if profiler is None or not profiler.running:
+            return  # (samprof discards a profile left running at exit)
+        data = profiler.stop()
+        profile = pprof.read(data)
+        for slot, parts in self._slot_parts.items():
+            # Kept even when empty: it carries the profile's types.
+            parts.append(pprof.filter(profile, {_TRIGGER_LABEL: str(slot)}))
+        kept = profile if self.continuous else _with_label(profile, "route")
+        if kept.samples:
+            self._parts.append(_without_label(kept, _TRIGGER_LABEL))
+
+    def begin(self, request: RequestInfo) -> None:
+        with self._lock:
+            self._own()
+            if self._closed:
+                return
+            if self._profiler is None and not self._start():
+                self.unprofiled += 1
+                return
+            self._active += 1
+            slot = None
+            if request.wants_profile and self._free_slots:
+                slot = self._free_slots.pop()
+                self._slot_parts[slot] = []
+            request.state = (self._pid, slot)
+        if slot is not None:
+            request.extra_labels[_TRIGGER_LABEL] = str(slot)
+
+    def end(self, request: RequestInfo) -> Optional[bytes]:
+        if request.state is None:
+            return None
+        pid, slot = request.state
+        with self._lock:
+            if pid != os.getpid():
+                return None
+            self._active -= 1
+            mine: Optional[List[pprof.Profile]] = None
+            if slot is not None:
+                # The profile so far holds this request's last samples.
+                self._stop()
+                mine = self._slot_parts.pop(slot)
+                self._free_slots.append(slot)
+            if self._active == 0 and not self.continuous:
+                self._stop()
+            elif self._profiler is None and not self._closed and not self._start():
+                self.unprofiled += 1
+        if mine is None:
+            return None
+        return pprof.write(_without_label(pprof.merge(mine), _TRIGGER_LABEL))
+
+    def collect(self) -> Optional[bytes]:
+        with self._lock:
+            self._own()
+            if self._profiler is not None:
+                self._stop()
+                if not self._closed and not self._start():
+                    self.unprofiled += 1
+            parts, self._parts = self._parts, []
+        if not parts:
+            return None
+        return pprof.write(pprof.merge(parts))
+
+    def close(self) -> Optional[bytes]:
+        with self._lock:
+            self._own()
+            self._closed = True
+        return self.collect()
+
+
+def _with_label(profile: pprof.Profile, key: str) -> pprof.Profile:
+    """The samples that carry the label key, whatever its value."""
+    values = {label.value for s in profile.samples for label in s.labels if label.key == key}
+    return pprof.filter(profile, {key: values})
+
+
+def _without_label(profile: pprof.Profile, key: str) -> pprof.Profile:
+    for sample in profile.samples:
+        if any(label.key == key for label in sample.labels):
+            sample.labels = [label for label in sample.labels if label.key != key]
+    # Samples that differed only by the dropped label are one stack now.
+    return pprof.merge([profile])
+
+
+class _Files:
+    """One process's files in a directory: ``{name}.{pid}.{seq}{suffix}``,
+    written whole (a temporary name, then a rename) so that a reader never
+    sees half a file."""
+
+    def __init__(self, directory: str, name: str, suffix: str) -> None:
+        self.directory = directory
+        self.name = name
+        self.suffix = suffix
+        self._seq = 0
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> str:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._seq = os.getpid(), 0
+            seq, self._seq = self._seq, self._seq + 1
+        path = os.path.join(self.directory, f"{self.name}.{self._pid}.{seq}{self.suffix}")
+        partial = f"{path}.tmp"
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, path)
+        return path
+
+
+# The profiled request the calling context serves, for set_route.
+_current: contextvars.ContextVar[Optional[RequestInfo]] = contextvars.ContextVar(
+    "samprof.request", default=None
+)
+
+
+def set_route(template: str) -> None:
+    """Name the route of the request being served, e.g. ``/users/{id}``
+    (a template, never the path with its ids): samples from here to the
+    end of the request carry it as their ``route`` label. Call it from the
+    application once it routed (Flask: ``request.url_rule.rule``; Django:
+    ``request.resolver_match.route``); outside a profiled request it does
+    nothing. Starlette and FastAPI routes are found without it."""
+    request = _current.get()
+    if request is None or not request.labels:
+        return
+    import samprof
+
+    request.route = template
+    block = samprof.labels(route=template)
+    block.__enter__()
+    request.labels.append(block)
+
+
+def set_status(request: RequestInfo, status: int) -> None:
+    """The response's status is known: the request's samples from here on
+    carry its class (``2xx``)."""
+    request.status = status
+    if not request.labels:
+        return
+    import samprof
+
+    block = samprof.labels(status=f"{status // 100}xx")
+    block.__enter__()
+    request.labels.append(block)
+
+
+class Profiling:
+    """The middleware's options, checked once; see
+    ``samprof.wsgi.ProfilerMiddleware`` for what each means."""
+
+    def __init__(
+        self,
+        *,
+        backend: Union[str, Backend] = "sampling",
+        when: Union[str, float, Callable[[Any], bool]] = "always",
+        profile_dir: Optional[str] = None,
+        flush_interval: float = 60.0,
+        name: str = "samprof",
+        mode: str = "cpu",
+        hz: int = 100,
+        trigger_param: str = "samprof",
+        trigger_header: str = "X-Samprof",
+        trigger_token: Optional[str] = None,
+        respond_with_profile: bool = True,
+    ) -> None:
+        self.always = when == "always"
+        self.fraction: Optional[float] = None
+        self.predicate: Optional[Callable[[Any], bool]] = None
+        self.trigger = when == "trigger"
+        if isinstance(when, bool) or not (
+            when in ("always", "trigger") or isinstance(when, (int, float)) or callable(when)
+        ):
+            raise ValueError(
+                f"when must be 'always', 'trigger', a fraction or a function, got {when!r}"
+            )
+        if isinstance(when, (int, float)):
+            if not 0 < when <= 1:
+                raise ValueError(
+                    f"when, as a fraction of the requests, must be in (0, 1], got {when}"
+                )
+            self.fraction = float(when)
+        elif callable(when):
+            self.predicate = when
+        if trigger_token is not None and not trigger_token:
+            raise ValueError("trigger_token must be a non-empty string or None")
+        if not flush_interval > 0:
+            raise ValueError(f"flush_interval must be positive, got {flush_interval!r}")
+        if backend == "sampling":
+            backend = SamplingBackend(mode, hz, continuous=self.always)
+        elif isinstance(backend, str):
+            raise ValueError(f"backend must be 'sampling' or a Backend object, got {backend!r}")
+        self.backend: Backend = backend
+        self.trigger_param = trigger_param
+        self.trigger_header = trigger_header.lower()
+        self.trigger_environ = "HTTP_" + trigger_header.upper().replace("-", "_")
+        self.trigger_token = trigger_token
+        self.respond_with_profile = respond_with_profile
+        self.flush_interval = flush_interval
+        self.files: Optional[_Files] = None
+        if profile_dir is not None:
+            os.makedirs(profile_dir, exist_ok=True)
+            self.files = _Files(profile_dir, name, getattr(backend, "suffix", ".pb.gz"))
+        self._flusher_pid = -1
+        self._closed_pid = -1
+        self._flusher_lock = threading.Lock()
+        self._stop_flusher = threading.Event()
+        self.written: List[str] = []
+        # Requests left unprofiled because the when= function raised.
+        self.predicate_errors = 0
+
+    # -- which requests -----------------------------------------------------
+
+    def _triggered(self, query: str, header: Optional[str]) -> bool:
+        value = header
+        if value is None and query and self.trigger_param in query:
+            values = urllib.parse.parse_qs(query, keep_blank_values=True).get(self.trigger_param)
+            value = values[0] if values else None
+        if value is None:
+            return False
+        if self.trigger_token is None:
+            return True
+        return hmac.compare_digest(value.encode(), self.trigger_token.encode())
+
+    def select(self, request_view: Any, query: str, header: Optional[str]) -> Optional[bool]:
+        """None: not profiled; False: profiled; True: profiled and answered
+        with its own profile (a triggered request)."""
+        if self.trigger:
+            if not self._triggered(query, header):
+                return None
+            return self.respond_with_profile
+        if self.always:
+            return False
+        if self.fraction is not None:
+            return False if random.random() < self.fraction else None
+        assert self.predicate is not None
+        try:
+            chosen = self.predicate(request_view)
+        except Exception:  # noqa: BLE001 - a profiler never fails a request
+            self.predicate_errors += 1
+            return None
+        return False if chosen else None
+
+    # -- one request ----------------------------------------------------------
+
+    def begin(self, method: str, path: str, wants_profile: bool) -> RequestInfo:
+        import samprof
+
+        self._ensure_flusher()
+        request = RequestInfo(method, path, wants_profile)
+        self.backend.begin(request)
+        block = samprof.labels(route=request.route, method=method, **request.extra_labels)
+        block.__enter__()
+        request.labels.append(block)
+        request.token = _current.set(request)
+        return request
+
+    def end(self, request: RequestInfo) -> Optional[bytes]:
+        try:
+            _current.reset(request.token)
+        except ValueError:  # ended in another context than it began
+            _current.set(None)
+        for block in reversed(request.labels):
+            block.__exit__(None, None, None)
+        request.labels.clear()
+        return self.backend.end(request)
+
+    # -- files --------------------------------------------------------------
+
+    def _ensure_flusher(self) -> None:
+        if self.files is None or self._flusher_pid == os.getpid():
+            return
+        with self._flusher_lock:
+            if self._flusher_pid == os.getpid():
+                return
+            self._flusher_pid = os.getpid()
+            self._stop_flusher = threading.Event()
+            thread = threading.Thread(target=self._flush_every, name="samprof-flush", daemon=True)
+            thread.start()
+            # After the profilers' own exit handler is registered, so that
+            # this one runs first (atexit runs the last registered first),
+            # while the profile still runs.
+            import samprof._profiler  # noqa: F401
+
+            atexit.register(self._at_exit, os.getpid())
+            _chain_sigterm(self)
+
+    def _flush_every(self) -> None:
+        while not self._stop_flusher.wait(self.flush_interval):
+            self.flush()
+
+    def flush(self) -> Optional[str]:
+        """Write what the backend collected since the last flush to a new
+        file; its path, or None when there was nothing."""
+        if self.files is None:
+            return None
+        data = self.backend.collect()
+        return self._write(data)
+
+    def _write(self, data: Optional[bytes]) -> Optional[str]:
+        if data is None or self.files is None:
+            return None
+        try:
+            path = self.files.write(data)
+        except OSError:
+            return None
+        self.written.append(path)
+        return path
+
+    def shutdown(self) -> None:
+        """This process is ending: write what the backend has left, and
+        profile no more requests."""
+        self._at_exit(os.getpid())
+
+    def _at_exit(self, pid: int) -> None:
+        if pid != os.getpid() or self._closed_pid == pid:
+            return
+        self._closed_pid = pid
+        self._stop_flusher.set()
+        self._write(self.backend.close())
+
+
+def _chain_sigterm(profiling: Profiling) -> None:
+    """A process that SIGTERM would kill outright (its default action) gets
+    its last profile written first; a program or server with a SIGTERM
+    handler of its own (gunicorn's workers) exits through atexit anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+    except ValueError:
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        profiling._at_exit(os.getpid())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def profile_response(data: bytes, accept: str) -> tuple:
+    """(content type, headers, body) for a triggered request's answer: the
+    pprof file, or, for a browser, a page with its top functions and the
+    file to save."""
+    if "text/html" not in accept:
+        return (
+            "application/octet-stream",
+            [("Content-Disposition", 'attachment; filename="profile.pb.gz"')],
+            data,
+        )
+    import base64
+    import html
+
+    from samprof.report import top
+
+    text = top(pprof.read(data), n=40)
+    link = base64.b64encode(data).decode()
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>samprof profile</title>"
+        "</head><body><p><a download='profile.pb.gz' "
+        f"href='data:application/octet-stream;base64,{link}'>profile.pb.gz</a> "
+        "(go tool pprof -http=: profile.pb.gz)</p><pre>"
+        f"{html.escape(text)}</pre></body></html>"
+    )
+    return "text/html; charset=utf-8", [], page.encode()

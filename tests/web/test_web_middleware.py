@@ -1,0 +1,215 @@
+"""samprof.wsgi.ProfilerMiddleware called directly, as a WSGI server calls
+it: which requests it profiles, the labels they carry, a backend of the
+user's own, the files, and the errors for bad options. (The servers from
+PyPI and the accuracy of the routes' shares: test_web_servers.py.)"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+import pytest
+from support.workloads import burn_python_for
+
+import samprof
+import samprof.wsgi
+from samprof import _core, pprof
+
+
+def call(app: Any, path: str = "/", query: str = "", **headers: str) -> tuple:
+    """Calls the WSGI app as a server does: (status, headers, body)."""
+    environ: Dict[str, Any] = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "wsgi.input": io.BytesIO(),
+    }
+    for name, value in headers.items():
+        environ["HTTP_" + name.upper()] = value
+    got: Dict[str, Any] = {}
+
+    def start_response(status: str, headers: List[tuple], exc_info: Any = None) -> Any:
+        got["status"], got["headers"] = status, dict(headers)
+        return lambda data: None
+
+    body = app(environ, start_response)
+    try:
+        data = b"".join(body)
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    return got["status"], got["headers"], data
+
+
+def labels_app(seen: List[Dict[str, str]]) -> Any:
+    """An app that records the labels in effect, before and after it
+    names its route, and while its body is sent."""
+
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        seen.append(samprof.current_labels())
+        if environ["PATH_INFO"].startswith("/users/"):
+            samprof.wsgi.set_route("/users/{id}")
+            seen.append(samprof.current_labels())
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+
+        def body():
+            seen.append(samprof.current_labels())
+            yield b"body\n"
+
+        return body()
+
+    return app
+
+
+def test_labels_of_a_request():
+    seen: List[Dict[str, str]] = []
+    app = samprof.wsgi.ProfilerMiddleware(labels_app(seen))
+    assert call(app, "/users/42")[2] == b"body\n"
+    assert seen == [
+        {"route": "/users/…", "method": "GET"},
+        {"route": "/users/{id}", "method": "GET"},
+        {"route": "/users/{id}", "method": "GET", "status": "4xx"},
+    ]
+    assert samprof.current_labels() == {}
+    call(app, "/")
+    assert seen[-2]["route"] == "/"
+    app.profiling.backend.close()
+
+
+def test_untriggered_requests_pass_straight_through():
+    calls = []
+    answer = [b"ok\n"]
+
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        calls.append(samprof.current_labels())
+        start_response("200 OK", [])
+        return answer
+
+    mw = samprof.wsgi.ProfilerMiddleware(app, when="trigger", trigger_token="s3cret")
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "QUERY_STRING": ""}
+    # The application's own body object: nothing wrapped, nothing labelled.
+    assert mw(environ, lambda *a: None) is answer
+    assert call(mw, "/", "samprof=wrong")[2] == b"ok\n"
+    assert call(mw, "/", X_SAMPROF="wrong")[2] == b"ok\n"
+    assert calls == [{}, {}, {}]
+    assert not _core.is_running()
+    # The right token: the answer is the request's profile.
+    status, headers, data = call(mw, "/", "samprof=s3cret")
+    assert status == "200 OK" and headers["Content-Type"] == "application/octet-stream"
+    assert calls[-1]["route"] == "/" and calls[-1]["method"] == "GET"
+    assert pprof.read(data).sample_types[0].type == "samples"
+    assert not _core.is_running()
+
+
+def test_triggered_profile_holds_the_request():
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        burn_python_for(0.05)
+        start_response("200 OK", [])
+        return [b"ok\n"]
+
+    mw = samprof.wsgi.ProfilerMiddleware(app, when="trigger", hz=1000)
+    status, headers, data = call(mw, "/x", "samprof")
+    profile = pprof.read(data)
+    functions = {f.name for f in profile.functions}
+    assert "burn_python_for" in functions, functions
+    assert {profile.labels_of(s).get("route") for s in profile.samples} == {"/x"}
+    # A browser gets a page with the top functions and the file.
+    status, headers, page = call(mw, "/x", "samprof", ACCEPT="text/html,*/*")
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert b"burn_python_for" in page and b"base64," in page
+
+
+def test_a_running_profile_leaves_requests_unprofiled():
+    mw = samprof.wsgi.ProfilerMiddleware(labels_app([]), when="trigger")
+    with samprof.CPUProfiler():
+        status, _, body = call(mw, "/x", "samprof")
+    assert status.startswith("503") and b"another CPU or wall profile runs" in body
+    assert mw.profiling.backend.unprofiled == 1
+
+
+def test_fraction_and_function_choose_requests():
+    seen: List[Dict[str, str]] = []
+    app = samprof.wsgi.ProfilerMiddleware(
+        labels_app(seen), when=lambda environ: environ["PATH_INFO"].startswith("/api")
+    )
+    call(app, "/api/a")
+    call(app, "/static/a")
+    assert seen[0] == {"route": "/api/…", "method": "GET"} and seen[2] == {}
+    seen.clear()
+    app = samprof.wsgi.ProfilerMiddleware(labels_app(seen), when=0.5)
+    for _ in range(200):
+        call(app, "/")
+    profiled = sum(1 for labels in seen[::2] if labels)
+    assert 60 < profiled < 140, profiled  # binomial(200, 0.5): 6 sigma either side
+
+
+class CountingBackend(samprof.Backend):
+    """A backend of the user's own: counts requests by route, writes text."""
+
+    suffix = ".txt"
+
+    def __init__(self) -> None:
+        self.counts: Dict[str, int] = {}
+
+    def begin(self, request: samprof.RequestInfo) -> None:
+        request.state = "begun"
+
+    def end(self, request: samprof.RequestInfo) -> Optional[bytes]:
+        assert request.state == "begun"
+        self.counts[request.route] = self.counts.get(request.route, 0) + 1
+        return None
+
+    def collect(self) -> Optional[bytes]:
+        counts, self.counts = self.counts, {}
+        if not counts:
+            return None
+        return "".join(f"{k} {v}\n" for k, v in sorted(counts.items())).encode()
+
+
+def test_a_backend_of_ones_own_and_the_files(tmp_path):
+    backend = CountingBackend()
+    app = samprof.wsgi.ProfilerMiddleware(
+        labels_app([]), backend=backend, profile_dir=str(tmp_path), name="app"
+    )
+    for path in ("/users/1", "/users/2", "/"):
+        call(app, path)
+    first = app.profiling.flush()
+    assert app.profiling.flush() is None  # nothing new
+    call(app, "/")
+    app.profiling.shutdown()
+    assert sorted(os.listdir(tmp_path)) == [f"app.{os.getpid()}.0.txt", f"app.{os.getpid()}.1.txt"]
+    assert open(first).read() == "/ 1\n/users/{id} 2\n"
+    assert open(tmp_path / f"app.{os.getpid()}.1.txt").read() == "/ 1\n"
+
+
+def test_an_exception_ends_the_request():
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        raise RuntimeError("boom")
+
+    mw = samprof.wsgi.ProfilerMiddleware(app)
+    with pytest.raises(RuntimeError, match="boom"):
+        call(mw, "/")
+    assert samprof.current_labels() == {}
+    mw.profiling.backend.close()
+    assert not _core.is_running()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"when": "sometimes"}, "when must be"),
+        ({"when": 0}, "must be in (0, 1]"),
+        ({"when": 1.5}, "must be in (0, 1]"),
+        ({"when": True}, "when must be"),
+        ({"backend": "yappi"}, "backend must be"),
+        ({"flush_interval": 0}, "flush_interval must be positive"),
+        ({"trigger_token": ""}, "trigger_token must be"),
+        ({"mode": "heap"}, "mode must be"),
+    ],
+)
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        samprof.wsgi.ProfilerMiddleware(labels_app([]), **options)
