@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from samprof import pprof
 
-__all__ = ["Backend", "RequestInfo", "SamplingBackend", "set_route"]
+__all__ = ["Backend", "CProfileBackend", "RequestInfo", "SamplingBackend", "set_route"]
 
 # The label that tells concurrent triggered requests' samples apart: a
 # small pool of values, so that the label sets stay few (samprof keeps
@@ -248,6 +248,73 @@ class SamplingBackend(Backend):
         return self.collect()
 
 
+class CProfileBackend(Backend):
+    """The standard library's ``cProfile``: exact call counts and times of
+    every function the profiled requests ran, written as ``pstats`` files
+    (``.prof``: ``pstats.Stats(path)``, ``samprof top DIR``, snakeviz).
+
+    A deterministic profiler slows the code it watches several times over,
+    so pick requests (``when=0.01``, ``"trigger"``) rather than all. Since
+    Python 3.12 cProfile watches every thread of the process and only one
+    may run at a time: a request that comes while another is profiled is
+    served unprofiled and counted in ``unprofiled``, and a request's
+    profile also holds what other threads ran meanwhile. Before 3.12 each
+    thread's requests are profiled on their own.
+    """
+
+    suffix = ".prof"
+
+    def __init__(self) -> None:
+        import cProfile  # noqa: F401 - loaded here, not in a profiled request
+        import pstats  # noqa: F401
+
+        self.unprofiled = 0
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._total: Any = None  # pstats.Stats of everything since collect
+
+    def begin(self, request: RequestInfo) -> None:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            profiler.enable()
+        except ValueError:  # 3.12+: another profiler is active
+            with self._lock:
+                self.unprofiled += 1
+            return
+        request.state = (os.getpid(), profiler)
+
+    def end(self, request: RequestInfo) -> Optional[bytes]:
+        if request.state is None:
+            return None
+        pid, profiler = request.state
+        profiler.disable()
+        import marshal
+        import pstats
+
+        if pid != os.getpid():
+            return None
+        stats = pstats.Stats(profiler)
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._total = os.getpid(), None
+            if self._total is None:
+                self._total = pstats.Stats(profiler)
+            else:
+                self._total.add(stats)
+        return marshal.dumps(stats.stats) if request.wants_profile else None
+
+    def collect(self) -> Optional[bytes]:
+        import marshal
+
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._total = os.getpid(), None
+            total, self._total = self._total, None
+        return None if total is None else marshal.dumps(total.stats)
+
+
 def _with_label(profile: pprof.Profile, key: str) -> pprof.Profile:
     """The samples that carry the label key, whatever its value."""
     values = {label.value for s in profile.samples for label in s.labels if label.key == key}
@@ -294,6 +361,13 @@ _current: contextvars.ContextVar[Optional[RequestInfo]] = contextvars.ContextVar
 )
 
 
+def _labels(**pairs: str) -> Any:
+    """A samprof.labels block (the module is loaded by then: Profiling)."""
+    from samprof._labels import labels
+
+    return labels(**pairs)
+
+
 def set_route(template: str) -> None:
     """Name the route of the request being served, e.g. ``/users/{id}``
     (a template, never the path with its ids): samples from here to the
@@ -304,10 +378,8 @@ def set_route(template: str) -> None:
     request = _current.get()
     if request is None or not request.labels:
         return
-    import samprof
-
     request.route = template
-    block = samprof.labels(route=template)
+    block = _labels(route=template)
     block.__enter__()
     request.labels.append(block)
 
@@ -318,9 +390,7 @@ def set_status(request: RequestInfo, status: int) -> None:
     request.status = status
     if not request.labels:
         return
-    import samprof
-
-    block = samprof.labels(status=f"{status // 100}xx")
+    block = _labels(status=f"{status // 100}xx")
     block.__enter__()
     request.labels.append(block)
 
@@ -368,9 +438,17 @@ class Profiling:
             raise ValueError(f"flush_interval must be positive, got {flush_interval!r}")
         if backend == "sampling":
             backend = SamplingBackend(mode, hz, continuous=self.always)
+        elif backend == "cprofile":
+            backend = CProfileBackend()
         elif isinstance(backend, str):
-            raise ValueError(f"backend must be 'sampling' or a Backend object, got {backend!r}")
+            raise ValueError(
+                f"backend must be 'sampling', 'cprofile' or a Backend object, got {backend!r}"
+            )
         self.backend: Backend = backend
+        # Imported now (it loads samprof's core), not inside the first
+        # profiled request, where a cProfile backend would count it.
+        import samprof._labels  # noqa: F401
+
         self.trigger_param = trigger_param
         self.trigger_header = trigger_header.lower()
         self.trigger_environ = "HTTP_" + trigger_header.upper().replace("-", "_")
@@ -378,9 +456,10 @@ class Profiling:
         self.respond_with_profile = respond_with_profile
         self.flush_interval = flush_interval
         self.files: Optional[_Files] = None
+        self.files_suffix: str = getattr(backend, "suffix", ".pb.gz")
         if profile_dir is not None:
             os.makedirs(profile_dir, exist_ok=True)
-            self.files = _Files(profile_dir, name, getattr(backend, "suffix", ".pb.gz"))
+            self.files = _Files(profile_dir, name, self.files_suffix)
         self._flusher_pid = -1
         self._closed_pid = -1
         self._flusher_lock = threading.Lock()
@@ -424,12 +503,10 @@ class Profiling:
     # -- one request ----------------------------------------------------------
 
     def begin(self, method: str, path: str, wants_profile: bool) -> RequestInfo:
-        import samprof
-
         self._ensure_flusher()
         request = RequestInfo(method, path, wants_profile)
         self.backend.begin(request)
-        block = samprof.labels(route=request.route, method=method, **request.extra_labels)
+        block = _labels(route=request.route, method=method, **request.extra_labels)
         block.__enter__()
         request.labels.append(block)
         request.token = _current.set(request)
@@ -520,28 +597,36 @@ def _chain_sigterm(profiling: Profiling) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def profile_response(data: bytes, accept: str) -> tuple:
+def profile_response(data: bytes, accept: str, suffix: str) -> tuple:
     """(content type, headers, body) for a triggered request's answer: the
-    pprof file, or, for a browser, a page with its top functions and the
-    file to save."""
+    profile's file (pprof, or pstats for the cProfile backend), or, for a
+    browser, a page with its top functions and the file to save."""
+    filename = "profile" + suffix
     if "text/html" not in accept:
         return (
             "application/octet-stream",
-            [("Content-Disposition", 'attachment; filename="profile.pb.gz"')],
+            [("Content-Disposition", f'attachment; filename="{filename}"')],
             data,
         )
     import base64
     import html
 
-    from samprof.report import top
+    from samprof.report import pstats_top, top
 
-    text = top(pprof.read(data), n=40)
+    if suffix == ".prof":
+        import marshal
+
+        text = pstats_top(marshal.loads(data), n=40)
+        reader = "python -m pstats profile.prof"
+    else:
+        text = top(pprof.read(data), n=40)
+        reader = "go tool pprof -http=: profile.pb.gz"
     link = base64.b64encode(data).decode()
     page = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>samprof profile</title>"
-        "</head><body><p><a download='profile.pb.gz' "
-        f"href='data:application/octet-stream;base64,{link}'>profile.pb.gz</a> "
-        "(go tool pprof -http=: profile.pb.gz)</p><pre>"
+        f"</head><body><p><a download='{filename}' "
+        f"href='data:application/octet-stream;base64,{link}'>{filename}</a> "
+        f"({html.escape(reader)})</p><pre>"
         f"{html.escape(text)}</pre></body></html>"
     )
     return "text/html; charset=utf-8", [], page.encode()

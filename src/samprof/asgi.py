@@ -198,7 +198,7 @@ class ProfilerMiddleware:
         for key, value in scope.get("headers", ()):
             if key.decode("latin-1").lower() == "accept":
                 accept = value.decode("latin-1")
-        content_type, headers, payload = profile_response(data, accept)
+        content_type, headers, payload = profile_response(data, accept, profiling.files_suffix)
         await _send(send, Response(200, [("Content-Type", content_type), *headers], payload), False)
 
 

@@ -5,7 +5,8 @@
     samprof record [--mode cpu|wall|heap] [--hz N | --rate BYTES [--numpy]]
                    [-o FILE] [--] script.py [args ...]
     samprof record [options] -m module [args ...]
-    samprof top FILE|DIR ... [-n N] [-i TYPE] [--tag KEY=VALUE] [--diff-base FILE|DIR]
+    samprof top FILE|DIR ... [-n N] [-i TYPE] [--tag KEY=VALUE] [--callers FUNC]
+                [--diff-base FILE|DIR]
     samprof serve [--listen HOST:PORT] [--token-file FILE] [--no-heap]
                   [--] script.py [args ...]
     samprof serve [options] -m module [args ...]
@@ -23,8 +24,11 @@ port of its own; every one prints its address to stderr and writes a
 discovery file, which ``serve --list`` reads.
 
 ``top`` prints the functions that used the most, like ``go tool pprof -top``:
-of one profile, of several merged (files, or every file of a directory), or
-of the difference from a base. It needs only the profiles, not samprof's
+of one profile, of several merged (files, or every file of a directory), of
+the samples with a label (``--tag``), or of the difference from a base;
+``--callers FUNC`` shows who calls a function instead. cProfile files
+(pstats, as the middleware's cProfile backend writes them) are read too,
+with their exact call counts. It needs only the profiles, not samprof's
 compiled core.
 """
 
@@ -183,7 +187,8 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
         "files",
         metavar="FILE",
         nargs="+",
-        help="pprof profiles (gzipped or not), or directories of them; several are merged",
+        help="pprof profiles (gzipped or not) or cProfile ones (pstats, .prof), or "
+        "directories of them; several are merged",
     )
     show.add_argument(
         "-n", type=_positive_int, default=20, help="how many functions to show (default 20)"
@@ -196,6 +201,12 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
         metavar="TYPE",
         help="sample type to report, e.g. cpu, samples, inuse_space or alloc_space "
         "(default: the profile's default), as go tool pprof -sample_index",
+    )
+    show.add_argument(
+        "--callers",
+        metavar="FUNC",
+        help="who calls FUNC (a function name) instead of the top list: each caller "
+        "with the value (pprof) or the calls and time (cProfile) it brings",
     )
     show.add_argument(
         "--tag",
@@ -680,9 +691,28 @@ def _profile_files(paths: Sequence[str]) -> List[str]:
     return files
 
 
-def _load(paths: Sequence[str]) -> pprof.Profile:
-    """The profiles at ``paths`` (files or directories), merged."""
+def _is_pstats(data: bytes) -> Optional[Any]:
+    """The data of a pstats file (cProfile's, marshal'ed), or None."""
+    import marshal
+
+    if data[:2] == b"\x1f\x8b":  # gzip: pprof
+        return None
+    try:
+        value = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if isinstance(value, dict) and all(isinstance(k, tuple) and len(k) == 3 for k in value):
+        return value
+    return None
+
+
+def _load_any(paths: Sequence[str]) -> Tuple[Optional[pprof.Profile], Optional[Any]]:
+    """The profiles at ``paths`` (files or directories): the pprof ones
+    merged, and the pstats (cProfile) ones added up; either may be None."""
+    from samprof.report import merge_pstats
+
     profiles = []
+    stats = []
     files = _profile_files(paths)
     for path in files:
         try:
@@ -690,17 +720,34 @@ def _load(paths: Sequence[str]) -> pprof.Profile:
                 data = f.read()
         except OSError as e:
             raise _CannotLoad(f"cannot read {path}: {e.strerror or e}") from None
+        parsed = _is_pstats(data)
+        if parsed is not None:
+            stats.append(parsed)
+            continue
         try:
             profiles.append(pprof.read(data))
         except pprof.PprofError as e:
-            raise _CannotLoad(f"{path} is not a valid pprof profile: {e}") from None
+            raise _CannotLoad(
+                f"{path} is not a valid pprof profile (nor a cProfile one): {e}"
+            ) from None
+    merged = None
     if len(profiles) == 1:
-        return profiles[0]
-    try:
-        return pprof.merge(profiles)
-    except ValueError as e:
-        # The message numbers the profiles; name the files instead.
-        raise _CannotLoad(f"cannot merge {', '.join(files)}: {e}") from None
+        merged = profiles[0]
+    elif profiles:
+        try:
+            merged = pprof.merge(profiles)
+        except ValueError as e:
+            # The message numbers the profiles; name the files instead.
+            raise _CannotLoad(f"cannot merge {', '.join(files)}: {e}") from None
+    return merged, (merge_pstats(stats) if stats else None)
+
+
+def _load(paths: Sequence[str]) -> pprof.Profile:
+    """The pprof profiles at ``paths`` (files or directories), merged."""
+    profile, stats = _load_any(paths)
+    if profile is None:
+        raise _CannotLoad(f"no pprof profiles in {', '.join(paths)} (only cProfile ones)")
+    return profile
 
 
 def _tags(specs: Sequence[str]) -> Dict[str, List[str]]:
@@ -715,24 +762,39 @@ def _tags(specs: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def _top(opts: argparse.Namespace) -> int:
+    from samprof.report import callers, pstats_callers, pstats_top
+
     try:
-        profile = _load(opts.files)
-        if opts.diff_base:
+        profile, stats = _load_any(opts.files)
+        if profile is None and (opts.diff_base or opts.tag or opts.sample_type):
+            option = "--diff-base" if opts.diff_base else "--tag" if opts.tag else "-i"
+            raise _CannotLoad(f"{option} applies to pprof profiles; these are cProfile ones")
+        if profile is not None and opts.diff_base:
             base = _load(opts.diff_base)
             try:
                 profile = pprof.diff(profile, base)
             except ValueError as e:
                 return _error(f"cannot compare with the base: {e}")
-        if opts.tag:
+        if profile is not None and opts.tag:
             profile = pprof.filter(profile, _tags(opts.tag))
     except _CannotLoad as e:
         return _error(str(e))
+    parts = []
     try:
-        text = top(profile, n=opts.n, sample_type=opts.sample_type)
+        if profile is not None:
+            if opts.callers:
+                parts.append(callers(profile, opts.callers, opts.sample_type))
+            else:
+                parts.append(top(profile, n=opts.n, sample_type=opts.sample_type))
+        if stats is not None:
+            if opts.callers:
+                parts.append(pstats_callers(stats, opts.callers))
+            else:
+                parts.append(pstats_top(stats, n=opts.n))
     except ValueError as e:
         return _error(str(e))
     try:
-        sys.stdout.write(text)
+        sys.stdout.write("\n".join(parts))
         sys.stdout.flush()
     except BrokenPipeError:
         # `samprof top FILE | head`: the reader left; say nothing more, and

@@ -1,4 +1,6 @@
-"""Text reports on a pprof profile, formatted the way ``go tool pprof`` does.
+"""Text reports on a pprof profile, formatted the way ``go tool pprof`` does
+(``top``, ``callers``), and on a cProfile one (``pstats_top``,
+``pstats_callers``).
 
 ::
 
@@ -298,4 +300,134 @@ def top(
             f"{format_percent(running, total)} {fmt(cum_value):>10} "
             f"{format_percent(cum_value, total)}  {name}{_inline_label(calls_in.get(name))}"
         )
+    return "\n".join(lines) + "\n"
+
+
+def callers(profile: Profile, function: str, sample_type: Union[str, int, None] = None) -> str:
+    """Who calls ``function`` (a function name), and how much of its
+    cumulative value each call path brings: for every sample whose stack
+    holds the function, its value goes to the frame that called it (once
+    per sample, however deep it recurses). Raises ValueError when no
+    sample holds the function."""
+    index = _select_sample_index(profile, sample_type)
+    unit = profile.sample_types[index].unit
+    by_caller: Dict[str, int] = {}
+    total = 0
+    for sample in profile.samples:
+        value = sample.values[index]
+        stack = profile.stack_of(sample)  # leaf first
+        seen = set()
+        for i, frame in enumerate(stack):
+            if frame.function != function:
+                continue
+            caller = stack[i + 1].function if i + 1 < len(stack) else "(root)"
+            if caller not in seen and caller != function:
+                seen.add(caller)
+                by_caller[caller] = by_caller.get(caller, 0) + value
+        if any(frame.function == function for frame in stack):
+            total += value
+    if not by_caller and total == 0:
+        raise ValueError(f"no sample calls {function!r}")
+    lines = [
+        f"Callers of {function}: {format_value(total, unit)} in all",
+        f"{'value':>10} {'share':>6}  caller",
+    ]
+    for caller, value in sorted(by_caller.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"{format_value(value, unit):>10} {format_percent(value, total)}  {caller}")
+    return "\n".join(lines) + "\n"
+
+
+# A pstats file (cProfile, marshal'ed): {(file, line, name): (primitive
+# calls, calls, own time, cumulative time, {caller: (pcalls, calls, own,
+# cumulative)})}, times in seconds.
+PstatsData = Dict[Tuple[str, int, str], Tuple[int, int, float, float, Dict]]
+
+
+def _pstats_name(key: Tuple[str, int, str]) -> str:
+    filename, line, name = key
+    if filename == "~":  # built-in functions
+        return name
+    return f"{name} ({os.path.basename(filename)}:{line})"
+
+
+def merge_pstats(parts: List[PstatsData]) -> PstatsData:
+    """Several pstats files' data added up, as ``pstats.Stats.add`` does."""
+    import pstats
+
+    total = None
+    for data in parts:
+        stats = pstats.Stats(_PstatsSource(data))
+        if total is None:
+            total = stats
+        else:
+            total.add(stats)
+    return {} if total is None else total.stats
+
+
+class _PstatsSource:
+    """What pstats.Stats takes in place of a profiler: create_stats() and
+    a ``stats`` dict."""
+
+    def __init__(self, data: PstatsData) -> None:
+        self.stats = data
+
+    def create_stats(self) -> None:
+        pass
+
+
+def pstats_top(data: PstatsData, n: int = 20) -> str:
+    """The ``n`` functions that took the most time of their own in a
+    cProfile profile, laid out as ``top`` lays out a pprof one, with their
+    call counts: exact, where a sampling profile's are estimates."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    total = sum(v[2] for v in data.values())
+    calls = sum(v[1] for v in data.values())
+    ns = 1_000_000_000
+    rows = sorted(data.items(), key=lambda kv: (-kv[1][2], -kv[1][3], _pstats_name(kv[0])))
+    lines = [
+        "Type: cProfile (exact call counts; wall time)",
+        f"Showing the top {min(n, len(rows))} of {len(rows)} functions: "
+        f"{format_value(int(total * ns), 'nanoseconds')} in {calls} calls",
+        f"{'flat':>10} {'flat%':>6} {'sum%':>6} {'cum':>10} {'cum%':>6} {'calls':>10}  function",
+    ]
+    running = 0.0
+    for key, (cc, nc, tt, ct, _) in rows[:n]:
+        running += tt
+        flat, cum = int(tt * ns), int(ct * ns)
+        count = str(nc) if nc == cc else f"{nc}/{cc}"
+        lines.append(
+            f"{format_value(flat, 'nanoseconds'):>10} {format_percent(flat, int(total * ns))} "
+            f"{format_percent(int(running * ns), int(total * ns))} "
+            f"{format_value(cum, 'nanoseconds'):>10} {format_percent(cum, int(total * ns))} "
+            f"{count:>10}  {_pstats_name(key)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def pstats_callers(data: PstatsData, function: str) -> str:
+    """Who calls ``function`` (its name, as in ``pstats_top``'s list
+    without the file and line) in a cProfile profile, with the exact
+    number of calls each made and the time spent below those calls."""
+    ns = 1_000_000_000
+    keys = [key for key in data if key[2] == function]
+    if not keys:
+        raise ValueError(f"no function named {function!r} in the profile")
+    lines = []
+    for key in sorted(keys):
+        cc, nc, tt, ct, by_caller = data[key]
+        lines.append(
+            f"Callers of {_pstats_name(key)}: {nc} calls, "
+            f"{format_value(int(ct * ns), 'nanoseconds')} cumulative"
+        )
+        lines.append(f"{'calls':>10} {'cum':>10}  caller")
+        rows = sorted(by_caller.items(), key=lambda kv: (-kv[1][1], _pstats_name(kv[0])))
+        for caller, value in rows:
+            # Python 3.9+ keeps (pcalls, calls, own, cumulative) per caller.
+            calls = value[1] if isinstance(value, tuple) else value
+            cum = value[3] if isinstance(value, tuple) else 0.0
+            lines.append(
+                f"{calls:>10} {format_value(int(cum * ns), 'nanoseconds'):>10}  "
+                f"{_pstats_name(caller)}"
+            )
     return "\n".join(lines) + "\n"

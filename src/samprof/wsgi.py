@@ -177,7 +177,9 @@ class ProfilerMiddleware:
         if data is None:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [NO_PROFILE]
-        content_type, headers, payload = profile_response(data, environ.get("HTTP_ACCEPT", ""))
+        content_type, headers, payload = profile_response(
+            data, environ.get("HTTP_ACCEPT", ""), profiling.files_suffix
+        )
         headers = [("Content-Type", content_type), ("Content-Length", str(len(payload)))] + headers
         start_response("200 OK", headers)
         return [payload]

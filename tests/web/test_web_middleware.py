@@ -6,7 +6,9 @@ PyPI and the accuracy of the routes' shares: test_web_servers.py.)"""
 from __future__ import annotations
 
 import io
+import marshal
 import os
+import pstats
 import re
 from typing import Any, Dict, List, Optional
 
@@ -213,3 +215,34 @@ def test_an_exception_ends_the_request():
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         samprof.wsgi.ProfilerMiddleware(labels_app([]), **options)
+
+
+def test_cprofile_backend_counts_exactly(tmp_path):
+    def leaf() -> int:
+        return 1
+
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        k = int(environ["PATH_INFO"].strip("/"))
+        total = sum(leaf() for _ in range(k))
+        start_response("200 OK", [])
+        return [str(total).encode()]
+
+    mw = samprof.wsgi.ProfilerMiddleware(app, backend="cprofile", profile_dir=str(tmp_path))
+    for k in (3, 5, 7):
+        assert call(mw, f"/{k}")[2] == str(k).encode()
+    mw.profiling.shutdown()
+    [name] = os.listdir(tmp_path)
+    assert name == f"samprof.{os.getpid()}.0.prof"
+    stats = pstats.Stats(str(tmp_path / name)).stats
+    by_name = {key[2]: value for key, value in stats.items()}
+    assert by_name["leaf"][1] == 15 and by_name["app"][1] == 3
+    # Nothing of samprof's imports: they happen before the first request.
+    assert not any("importlib" in key[0] for key in stats), sorted(stats)[:10]
+    # A triggered request gets its own pstats.
+    mw = samprof.wsgi.ProfilerMiddleware(app, backend="cprofile", when="trigger")
+    status, headers, data = call(mw, "/4", "samprof")
+    assert headers["Content-Disposition"] == 'attachment; filename="profile.prof"'
+    mine = {key[2]: value for key, value in marshal.loads(data).items()}
+    assert mine["leaf"][1] == 4
+    status, headers, page = call(mw, "/4", "samprof", ACCEPT="text/html")
+    assert b"leaf" in page and b"exact call counts" in page

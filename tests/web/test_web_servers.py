@@ -8,6 +8,7 @@ gets a profile of itself alone."""
 from __future__ import annotations
 
 import os
+import pstats
 import re
 import signal
 import sys
@@ -97,7 +98,7 @@ def test_gunicorn_workers_write_their_files_and_routes_get_their_cpu(tmp_path, w
         if worker == "gthread":
             args += ["--threads", "4"]
         else:
-            args += ["--max-requests", "10"]  # workers are recycled under load
+            args += ["--max-requests", "5"]  # workers are recycled under load
         args += ["--chdir", SCRIPTS, "--graceful-timeout", "10", "web_wsgi_app:app"]
         with running(args, str(tmp_path), env) as server:
             [listening] = server.wait_for(GUNICORN_LISTENING)
@@ -194,3 +195,32 @@ def test_triggered_request_gets_a_profile_of_itself_alone(tmp_path):
     assert set(cpu_by_label(profile, "route")) == {"/fast/{n}"}
     assert status2 == 200 and headers2["content-type"].startswith("text/html")
     assert b"fast_work" in page and b"slow_work" not in page
+
+
+def test_gunicorn_cprofile_backend_counts_every_call(tmp_path):
+    profiles = tmp_path / "profiles"
+    env = child_env({"SAMPROF_TEST_PROFILE_DIR": str(profiles), "SAMPROF_TEST_BACKEND": "cprofile"})
+    args = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:0"]
+    args += ["--chdir", SCRIPTS, "--max-requests", "15", "web_wsgi_app:app"]
+    ks = list(range(1, 41))
+    with running(args, str(tmp_path), env) as server:
+        [listening] = server.wait_for(GUNICORN_LISTENING)
+        port = int(listening.group(1))
+        load(port, [f"/calls/{k}" for k in ks])
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.finish() == 0, "".join(server.stderr)
+    names = os.listdir(profiles)
+    assert names and all(re.match(r"^samprof\.\d+\.\d+\.prof$", n) for n in names), names
+    # Every file is a pstats file; together they count every call.
+    calls = defaultdict(int)
+    for name in names:
+        stats = pstats.Stats(str(profiles / name))
+        for (_, _, function), (_, nc, _, _, _) in stats.stats.items():
+            calls[function] += nc
+    assert calls["counted_leaf"] == sum(ks)
+    assert calls["count_calls"] == len(ks)
+    r = run_samprof(["top", str(profiles), "--callers", "counted_leaf"], tmp_path)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and f"{sum(ks)} calls" in out and "<genexpr>" in out, out
+    r = run_samprof(["top", str(profiles), "-n", "200"], tmp_path)
+    assert r.returncode == 0 and "count_calls" in r.stdout.decode()
