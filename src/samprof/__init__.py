@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, List
 if TYPE_CHECKING:
     from samprof._heap import HeapProfiler, HeapStats
     from samprof._labels import current_labels, labels
-    from samprof._middleware import Backend, RequestInfo, SamplingBackend, set_route
+    from samprof._middleware import Backend, RequestInfo, SamplingBackend, profiled, set_route
     from samprof._profiler import CPUProfiler, ProfilerError, ProfileStats, WallProfiler
     from samprof.http import serve
 
@@ -49,6 +49,7 @@ __all__ = [
     "WallProfiler",
     "current_labels",
     "labels",
+    "profiled",
     "serve",
     "set_route",
     "__version__",
@@ -67,6 +68,7 @@ _LAZY = {
     "WallProfiler": "samprof._profiler",
     "current_labels": "samprof._labels",
     "labels": "samprof._labels",
+    "profiled": "samprof._middleware",
     "RequestInfo": "samprof._middleware",
     "SamplingBackend": "samprof._middleware",
     "serve": "samprof.http",

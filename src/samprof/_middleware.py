@@ -15,17 +15,28 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import functools
+import gc
 import hmac
+import inspect
 import os
 import random
 import signal
 import threading
+import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from samprof import pprof
 
-__all__ = ["Backend", "CProfileBackend", "RequestInfo", "SamplingBackend", "set_route"]
+__all__ = [
+    "Backend",
+    "CProfileBackend",
+    "RequestInfo",
+    "SamplingBackend",
+    "profiled",
+    "set_route",
+]
 
 # The label that tells concurrent triggered requests' samples apart: a
 # small pool of values, so that the label sets stay few (samprof keeps
@@ -186,7 +197,7 @@ class SamplingBackend(Backend):
         for slot, parts in self._slot_parts.items():
             # Kept even when empty: it carries the profile's types.
             parts.append(pprof.filter(profile, {_TRIGGER_LABEL: str(slot)}))
-        kept = profile if self.continuous else _with_label(profile, "route")
+        kept = profile if self.continuous else _with_label(profile, ("route", "function"))
         if kept.samples:
             self._parts.append(_without_label(kept, _TRIGGER_LABEL))
 
@@ -315,10 +326,16 @@ class CProfileBackend(Backend):
         return None if total is None else marshal.dumps(total.stats)
 
 
-def _with_label(profile: pprof.Profile, key: str) -> pprof.Profile:
-    """The samples that carry the label key, whatever its value."""
-    values = {label.value for s in profile.samples for label in s.labels if label.key == key}
-    return pprof.filter(profile, {key: values})
+def _with_label(profile: pprof.Profile, keys: Tuple[str, ...]) -> pprof.Profile:
+    """The samples that carry one of the label keys, whatever its value."""
+    parts = []
+    for key in keys:
+        values = {label.value for s in profile.samples for label in s.labels if label.key == key}
+        if values:
+            parts.append(pprof.filter(profile, {key: values}))
+    if len(parts) == 1:
+        return parts[0]
+    return pprof.merge(parts) if parts else pprof.filter(profile, {keys[0]: ()})
 
 
 def _without_label(profile: pprof.Profile, key: str) -> pprof.Profile:
@@ -395,6 +412,71 @@ def set_status(request: RequestInfo, status: int) -> None:
     request.labels.append(block)
 
 
+# Seconds each thread spent in the cyclic GC (gc.callbacks), for
+# Server-Timing; the callback is installed by the first middleware that
+# asks for it.
+_gc_local = threading.local()
+_gc_timer_installed = False
+
+
+def _gc_timer(phase: str, info: Dict[str, int]) -> None:
+    if phase == "start":
+        _gc_local.started = time.perf_counter()
+        return
+    started = getattr(_gc_local, "started", None)
+    if started is not None:
+        _gc_local.total = getattr(_gc_local, "total", 0.0) + time.perf_counter() - started
+        _gc_local.started = None
+
+
+def _gc_seconds() -> float:
+    return getattr(_gc_local, "total", 0.0)
+
+
+def _install_gc_timer() -> None:
+    global _gc_timer_installed
+    if not _gc_timer_installed:
+        _gc_timer_installed = True
+        gc.callbacks.append(_gc_timer)
+
+
+class Timing:
+    """One request's Server-Timing: wall time since it began, and the CPU
+    and cyclic-GC time of its thread while it ran (``enter``/``leave``
+    around each stretch it runs: the whole request for WSGI, each step of
+    its task for ASGI, so that requests interleaving on one event loop are
+    each timed for their own steps)."""
+
+    __slots__ = ("_wall0", "cpu", "gc", "_cpu0", "_gc0", "_inside")
+
+    def __init__(self) -> None:
+        self._wall0 = time.perf_counter()
+        self.cpu = 0.0
+        self.gc = 0.0
+        self._inside = False
+        self._cpu0 = self._gc0 = 0.0
+
+    def enter(self) -> None:
+        self._inside = True
+        self._cpu0 = time.thread_time()
+        self._gc0 = _gc_seconds()
+
+    def leave(self) -> None:
+        if self._inside:
+            self._inside = False
+            self.cpu += time.thread_time() - self._cpu0
+            self.gc += _gc_seconds() - self._gc0
+
+    def header(self) -> str:
+        """The Server-Timing value so far (milliseconds)."""
+        cpu, gc_time = self.cpu, self.gc
+        if self._inside:
+            cpu += time.thread_time() - self._cpu0
+            gc_time += _gc_seconds() - self._gc0
+        total = time.perf_counter() - self._wall0
+        return f"total;dur={total * 1e3:.1f}, cpu;dur={cpu * 1e3:.1f}, gc;dur={gc_time * 1e3:.1f}"
+
+
 class Profiling:
     """The middleware's options, checked once; see
     ``samprof.wsgi.ProfilerMiddleware`` for what each means."""
@@ -413,6 +495,7 @@ class Profiling:
         trigger_header: str = "X-Samprof",
         trigger_token: Optional[str] = None,
         respond_with_profile: bool = True,
+        server_timing: bool = False,
     ) -> None:
         self.always = when == "always"
         self.fraction: Optional[float] = None
@@ -454,12 +537,17 @@ class Profiling:
         self.trigger_environ = "HTTP_" + trigger_header.upper().replace("-", "_")
         self.trigger_token = trigger_token
         self.respond_with_profile = respond_with_profile
+        self.server_timing = bool(server_timing)
+        if self.server_timing:
+            _install_gc_timer()
         self.flush_interval = flush_interval
         self.files: Optional[_Files] = None
         self.files_suffix: str = getattr(backend, "suffix", ".pb.gz")
         if profile_dir is not None:
             os.makedirs(profile_dir, exist_ok=True)
             self.files = _Files(profile_dir, name, self.files_suffix)
+            global _last_with_files
+            _last_with_files = self
         self._flusher_pid = -1
         self._closed_pid = -1
         self._flusher_lock = threading.Lock()
@@ -502,11 +590,21 @@ class Profiling:
 
     # -- one request ----------------------------------------------------------
 
-    def begin(self, method: str, path: str, wants_profile: bool) -> RequestInfo:
+    def begin(
+        self,
+        method: str,
+        path: str,
+        wants_profile: bool,
+        labels: Optional[Dict[str, str]] = None,
+    ) -> RequestInfo:
+        """A request begins (or, with ``labels``, a block of samprof.profiled,
+        whose labels replace route and method)."""
         self._ensure_flusher()
         request = RequestInfo(method, path, wants_profile)
         self.backend.begin(request)
-        block = _labels(route=request.route, method=method, **request.extra_labels)
+        if labels is None:
+            labels = {"route": request.route, "method": method}
+        block = _labels(**labels, **request.extra_labels)
         block.__enter__()
         request.labels.append(block)
         request.token = _current.set(request)
@@ -630,3 +728,124 @@ def profile_response(data: bytes, accept: str, suffix: str) -> tuple:
         f"{html.escape(text)}</pre></body></html>"
     )
     return "text/html; charset=utf-8", [], page.encode()
+
+
+# The last middleware made with a profile_dir: where samprof.profiled
+# writes unless told otherwise.
+_last_with_files: Optional[Profiling] = None
+_default_for_profiled: Optional[Profiling] = None
+_default_lock = threading.Lock()
+# Set inside a profiled block: nested and recursive calls run as they are.
+_in_profiled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "samprof.profiled", default=False
+)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _profiling_for_profiled(middleware: Any) -> Optional[Profiling]:
+    global _default_for_profiled
+    if middleware is not None:
+        return getattr(middleware, "profiling", middleware)
+    if _last_with_files is not None:
+        return _last_with_files
+    directory = os.environ.get("SAMPROF_PROFILE_DIR")
+    if not directory:
+        return None
+    with _default_lock:
+        if _default_for_profiled is None:
+            # Only profiled blocks: no request chooses it.
+            _default_for_profiled = Profiling(when=lambda request: False, profile_dir=directory)
+    return _default_for_profiled
+
+
+class profiled:
+    """Profile a function's calls, or a block, outside any web request::
+
+        @samprof.profiled
+        def reindex(): ...
+
+        @samprof.profiled(name="nightly")
+        async def nightly(): ...
+
+        with samprof.profiled("report"):
+            build_report()
+
+    Each outermost call runs as a profiled request would, its samples
+    labelled ``function=NAME`` (the function's qualified name, or the name
+    given); calls it makes to itself or to other profiled functions are
+    part of it, not profiled again. The results go where the middleware's
+    do: the files of ``middleware`` (a ProfilerMiddleware), else of the
+    last one made with a ``profile_dir`` in this process, else of
+    ``$SAMPROF_PROFILE_DIR``; with none of them, calls run unprofiled.
+    An ``async def`` function is profiled across its awaits.
+    """
+
+    def __init__(
+        self, target: Any = None, *, name: Optional[str] = None, middleware: Any = None
+    ) -> None:
+        self._function: Optional[Callable[..., Any]] = None
+        if callable(target):
+            self._function = target
+            name = name or getattr(target, "__qualname__", None) or repr(target)
+            functools.update_wrapper(self, target)  # type: ignore[arg-type]
+        elif target is not None:
+            name = str(target)
+        self.name = name
+        self._middleware = middleware
+        # The with-blocks of this object that run, innermost last.
+        self._blocks: List[Any] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fn = self._function
+        if fn is None:  # @profiled(...) given its function
+            if len(args) != 1 or kwargs or not callable(args[0]):
+                raise TypeError("samprof.profiled(...) decorates one function")
+            return profiled(args[0], name=self.name, middleware=self._middleware)
+        if inspect.iscoroutinefunction(fn):
+            return self._call_async(fn, *args, **kwargs)
+        block = self._begin()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._end(block)
+
+    async def _call_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        block = self._begin()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            self._end(block)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self.__call__, instance)
+
+    def _begin(self) -> Any:
+        if _in_profiled.get():
+            return None  # inside a profiled call: part of it
+        profiling = _profiling_for_profiled(self._middleware)
+        if profiling is None:
+            return None
+        token = _in_profiled.set(True)
+        request = profiling.begin("", "", False, labels={"function": str(self.name)})
+        return profiling, request, token
+
+    @staticmethod
+    def _end(block: Any) -> None:
+        if block is None:
+            return
+        profiling, request, token = block
+        try:
+            profiling.end(request)
+        finally:
+            _in_profiled.reset(token)
+
+    def __enter__(self) -> "profiled":
+        if not self.name:
+            raise TypeError("samprof.profiled as a context manager needs a name")
+        self._blocks.append(self._begin())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._end(self._blocks.pop())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, Dict, MutableMapping
+from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional
 
 from samprof.http import Request, Response, _MountedApp
 from samprof.wsgi import _MAX_BODY, _sub_path
@@ -145,7 +145,7 @@ class ProfilerMiddleware:
                     header = value.decode("latin-1")
                     break
         selected = profiling.select(scope, scope.get("query_string", b"").decode("latin-1"), header)
-        if selected is None:
+        if selected is None and not profiling.server_timing:
             await self.app(scope, receive, send)
             return
         await self._profiled(scope, receive, send, selected)
@@ -164,42 +164,85 @@ class ProfilerMiddleware:
         return watched
 
     async def _profiled(
-        self, scope: Scope, receive: Receive, send: Send, wants_profile: bool
+        self, scope: Scope, receive: Receive, send: Send, selected: Optional[bool]
     ) -> None:
-        from samprof._middleware import NO_PROFILE, profile_response, set_status
+        """A request that is profiled (selected is not None; True: it is
+        answered with its profile), or timed, or both."""
+        from samprof._middleware import NO_PROFILE, Timing, profile_response, set_status
 
         profiling = self.profiling
-        request = profiling.begin(scope.get("method", "GET"), scope.get("path", "/"), wants_profile)
+        wants_profile = bool(selected)
+        timing = Timing() if profiling.server_timing else None
+        request = None
+        if selected is not None:
+            request = profiling.begin(
+                scope.get("method", "GET"), scope.get("path", "/"), wants_profile
+            )
 
         async def send_status(message: Dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                set_status(request, int(message.get("status", 200)))
+                if request is not None:
+                    set_status(request, int(message.get("status", 200)))
+                if timing is not None:
+                    value = timing.header().encode("latin-1")
+                    headers = [*message.get("headers", ()), (b"server-timing", value)]
+                    message = dict(message, headers=headers)
             if not wants_profile:
                 await send(message)
 
         try:
-            await self.app(_RoutedScope(scope), receive, send_status)
+            app = self.app(_RoutedScope(scope), receive, send_status)
+            await (_TimedSteps(app, timing) if timing is not None else app)
         finally:
-            data = profiling.end(request)
+            data = None if request is None else profiling.end(request)
         if not wants_profile:
             return
         if data is None:
-            await _send(
-                send,
-                Response(
-                    503,
-                    [("Content-Type", "text/plain")],
-                    NO_PROFILE,
-                ),
-                False,
-            )
+            response = Response(503, [("Content-Type", "text/plain")], NO_PROFILE)
+            await _send(send, response, False)
             return
         accept = ""
         for key, value in scope.get("headers", ()):
             if key.decode("latin-1").lower() == "accept":
                 accept = value.decode("latin-1")
         content_type, headers, payload = profile_response(data, accept, profiling.files_suffix)
-        await _send(send, Response(200, [("Content-Type", content_type), *headers], payload), False)
+        headers = [("Content-Type", content_type), *headers]
+        if timing is not None:
+            headers.append(("Server-Timing", timing.header()))
+        await _send(send, Response(200, headers, payload), False)
+
+
+class _TimedSteps:
+    """Awaits a coroutine as ``await`` would, step by step, timing each step
+    (Timing.enter/leave around it): the CPU and GC time of the request's own
+    steps, not of the other requests' that run on the same loop between
+    them."""
+
+    def __init__(self, coroutine: Any, timing: Any) -> None:
+        self._coroutine = coroutine
+        self._timing = timing
+
+    def __await__(self) -> Any:
+        coroutine, timing = self._coroutine, self._timing
+        if not hasattr(coroutine, "send"):  # another kind of awaitable
+            coroutine = coroutine.__await__()
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            timing.enter()
+            try:
+                if error is not None:
+                    yielded = coroutine.throw(error)
+                else:
+                    yielded = coroutine.send(value)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                timing.leave()
+            try:
+                value, error = (yield yielded), None
+            except BaseException as e:  # noqa: BLE001 - passed on to the coroutine
+                value, error = None, e
 
 
 class _RoutedScope(dict):

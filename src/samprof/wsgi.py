@@ -21,7 +21,7 @@ per process at a time (gunicorn's sync worker), use a threaded worker or
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from samprof.http import Request, _MountedApp
 
@@ -115,8 +115,14 @@ class ProfilerMiddleware:
     (the default): the pprof file, or for a browser a page with its top
     functions.
 
-    When no request is to be profiled (``when="trigger"`` and no trigger),
-    a request costs a dictionary lookup.
+    ``server_timing=True`` adds a ``Server-Timing`` header to every
+    response (profiled or not), which browsers' developer tools show: the
+    request's wall time (``total``), the CPU time of its thread (``cpu``)
+    and the time its thread spent in the cyclic garbage collector
+    (``gc``), in milliseconds, up to the response's start.
+
+    When no request is to be profiled (``when="trigger"`` and no trigger)
+    and ``server_timing`` is off, a request costs a dictionary lookup.
     """
 
     def __init__(self, app: Callable[..., Any], **options: Any) -> None:
@@ -134,36 +140,57 @@ class ProfilerMiddleware:
             environ.get("QUERY_STRING", ""),
             environ.get(profiling.trigger_environ),
         )
-        if selected is None:
+        if selected is None and not profiling.server_timing:
             return self.app(environ, start_response)
         return self._profiled(environ, start_response, selected)
 
     def _profiled(
-        self, environ: Dict[str, Any], start_response: Callable[..., Any], wants_profile: bool
+        self,
+        environ: Dict[str, Any],
+        start_response: Callable[..., Any],
+        selected: Optional[bool],
     ) -> Iterable[bytes]:
-        from samprof._middleware import NO_PROFILE, profile_response, set_status
+        """A request that is profiled (selected is not None; True: it is
+        answered with its profile), or timed, or both."""
+        from samprof._middleware import NO_PROFILE, Timing, profile_response, set_status
 
         profiling = self.profiling
-        request = profiling.begin(
-            environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "") or "/", wants_profile
-        )
+        wants_profile = bool(selected)
+        timing = Timing() if profiling.server_timing else None
+        if timing is not None:
+            timing.enter()
+        request = None
+        if selected is not None:
+            request = profiling.begin(
+                environ.get("REQUEST_METHOD", "GET"),
+                environ.get("PATH_INFO", "") or "/",
+                wants_profile,
+            )
 
         def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
-            try:
-                set_status(request, int(status.split(" ", 1)[0]))
-            except ValueError:
-                pass
+            if request is not None:
+                try:
+                    set_status(request, int(status.split(" ", 1)[0]))
+                except ValueError:
+                    pass
             if wants_profile:
                 return lambda data: None  # the answer is the profile
+            if timing is not None:
+                headers = [*headers, ("Server-Timing", timing.header())]
             return start_response(status, headers, exc_info)
+
+        def end() -> Optional[bytes]:
+            if timing is not None:
+                timing.leave()
+            return None if request is None else profiling.end(request)
 
         try:
             body = self.app(environ, start)
         except BaseException:
-            profiling.end(request)
+            end()
             raise
         if not wants_profile:
-            return _Body(body, lambda: profiling.end(request))
+            return _Body(body, end)
         try:
             for _ in body:
                 pass
@@ -173,7 +200,7 @@ class ProfilerMiddleware:
                 if close is not None:
                     close()
             finally:
-                data = profiling.end(request)
+                data = end()
         if data is None:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [NO_PROFILE]
@@ -181,6 +208,8 @@ class ProfilerMiddleware:
             data, environ.get("HTTP_ACCEPT", ""), profiling.files_suffix
         )
         headers = [("Content-Type", content_type), ("Content-Length", str(len(payload)))] + headers
+        if timing is not None:
+            headers.append(("Server-Timing", timing.header()))
         start_response("200 OK", headers)
         return [payload]
 

@@ -5,14 +5,17 @@ PyPI and the accuracy of the routes' shares: test_web_servers.py.)"""
 
 from __future__ import annotations
 
+import gc
 import io
 import marshal
 import os
 import pstats
 import re
+import time
 from typing import Any, Dict, List, Optional
 
 import pytest
+from support import SANITIZED
 from support.workloads import burn_python_for
 
 import samprof
@@ -246,3 +249,140 @@ def test_cprofile_backend_counts_exactly(tmp_path):
     assert mine["leaf"][1] == 4
     status, headers, page = call(mw, "/4", "samprof", ACCEPT="text/html")
     assert b"leaf" in page and b"exact call counts" in page
+
+
+def server_timing(value: str) -> Dict[str, float]:
+    """'total;dur=1.5, cpu;dur=1.0, gc;dur=0.0' as {name: milliseconds}."""
+    out = {}
+    for part in value.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        out[name] = float(dur)
+    return out
+
+
+def make_garbage() -> None:
+    # Cycles only the cyclic GC frees; then a collection of them.
+    for _ in range(20000):
+        a: List[Any] = []
+        a.append(a)
+    gc.collect()
+
+
+@pytest.mark.skipif(SANITIZED, reason="timing is not meaningful under ASan")
+def test_server_timing_wsgi():
+    measured = {}
+
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        t0 = time.thread_time()
+        burn_python_for(0.03)
+        make_garbage()
+        measured["cpu"] = (time.thread_time() - t0) * 1e3
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    # Not profiled (no trigger), but timed.
+    mw = samprof.wsgi.ProfilerMiddleware(app, when="trigger", server_timing=True)
+    _, headers, _ = call(mw, "/")
+    timing = server_timing(headers["Server-Timing"])
+    assert set(timing) == {"total", "cpu", "gc"}
+    # The CPU of the request's thread: the application's, plus the
+    # middleware's own little (the header rounds to 0.1 ms).
+    assert measured["cpu"] - 0.1 <= timing["cpu"] <= measured["cpu"] * 1.2 + 2, (timing, measured)
+    assert timing["total"] >= timing["cpu"] * 0.9
+    assert timing["gc"] > 0, timing
+
+
+@pytest.mark.skipif(SANITIZED, reason="timing is not meaningful under ASan")
+def test_server_timing_asgi_counts_each_requests_own_steps():
+    """Two requests take turns on one event loop; each header counts the
+    CPU of its own steps, not of the other's between them."""
+    import asyncio
+
+    import samprof.asgi
+
+    burns = {"/a": 0.002, "/b": 0.006}
+    measured = {"/a": 0.0, "/b": 0.0}
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        for _ in range(10):
+            measured[scope["path"]] += burn_python_for(burns[scope["path"]]) * 1e3
+            await asyncio.sleep(0)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    mw = samprof.asgi.ProfilerMiddleware(app, when="trigger", server_timing=True)
+
+    async def request(path: str) -> Dict[str, float]:
+        sent: List[Dict[str, Any]] = []
+
+        async def receive() -> Dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": [], "query_string": b""}
+        await mw(scope, receive, send)
+        headers = dict(sent[0]["headers"])
+        return server_timing(headers[b"server-timing"].decode())
+
+    async def both() -> List[Dict[str, float]]:
+        return await asyncio.gather(request("/a"), request("/b"))
+
+    timing_a, timing_b = asyncio.run(both())
+    for path, timing in (("/a", timing_a), ("/b", timing_b)):
+        got, want = timing["cpu"], measured[path]
+        assert want - 0.1 <= got <= want * 1.2 + 2, (path, timing, measured)
+    # Their walls overlap: each took about as long as both together.
+    assert timing_a["total"] > measured["/a"] + measured["/b"] * 0.5
+
+
+def test_profiled_functions_and_blocks(tmp_path):
+    import asyncio
+
+    begun = []
+
+    class Recording(samprof.Backend):
+        def begin(self, request: samprof.RequestInfo) -> None:
+            begun.append(samprof.current_labels())
+
+    mw = samprof.wsgi.ProfilerMiddleware(labels_app([]), backend=Recording())
+
+    @samprof.profiled(middleware=mw)
+    def countdown(n: int) -> Dict[str, str]:
+        if n:
+            return countdown(n - 1)  # recursion: part of the outermost call
+        return samprof.current_labels()
+
+    @samprof.profiled(name="outer", middleware=mw)
+    def outer() -> Dict[str, str]:
+        return countdown(2)  # another profiled function: part of this call
+
+    @samprof.profiled(middleware=mw)
+    async def waits() -> Dict[str, str]:
+        await asyncio.sleep(0)
+        return samprof.current_labels()
+
+    assert countdown(3) == {"function": "test_profiled_functions_and_blocks.<locals>.countdown"}
+    assert outer() == {"function": "outer"}
+    assert asyncio.run(waits())["function"].endswith("waits")
+    with samprof.profiled("block", middleware=mw):
+        assert samprof.current_labels() == {"function": "block"}
+    assert samprof.current_labels() == {}
+    assert len(begun) == 4  # one per outermost call or block
+
+    # With the sampler, into the middleware's files.
+    mw = samprof.wsgi.ProfilerMiddleware(
+        labels_app([]), when="trigger", hz=1000, profile_dir=str(tmp_path)
+    )
+
+    @samprof.profiled
+    def busy() -> None:
+        burn_python_for(0.05)
+
+    busy()
+    mw.profiling.shutdown()
+    [name] = os.listdir(tmp_path)
+    profile = pprof.read(open(tmp_path / name, "rb").read())
+    functions = {profile.labels_of(s).get("function") for s in profile.samples}
+    assert functions == {"test_profiled_functions_and_blocks.<locals>.busy"}, functions

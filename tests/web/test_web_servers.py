@@ -192,7 +192,11 @@ def test_triggered_request_gets_a_profile_of_itself_alone(tmp_path):
     profile = pprof.read(body)
     functions = {f.name for f in profile.functions}
     assert "fast_work" in functions and "slow_work" not in functions, functions
-    assert set(cpu_by_label(profile, "route")) == {"/fast/{n}"}
+    # Before the router picks the route, the request's samples carry the
+    # path's first segment.
+    by_route = cpu_by_label(profile, "route")
+    assert set(by_route) <= {"/fast/{n}", "/fast/…"}, by_route
+    assert by_route["/fast/{n}"] >= 0.8 * sum(by_route.values()), by_route
     assert status2 == 200 and headers2["content-type"].startswith("text/html")
     assert b"fast_work" in page and b"slow_work" not in page
 
