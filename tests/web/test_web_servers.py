@@ -96,7 +96,8 @@ def test_gunicorn_workers_write_their_files_and_routes_get_their_cpu(tmp_path, w
         env = child_env({"SAMPROF_TEST_PROFILE_DIR": str(profiles)})
         args = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:0"]
         if worker == "gthread":
-            args += ["--threads", "4"]
+            # The application made once in the master, before the fork.
+            args += ["--threads", "4", "--preload"]
         else:
             args += ["--max-requests", "5"]  # workers are recycled under load
         args += ["--chdir", SCRIPTS, "--graceful-timeout", "10", "web_wsgi_app:app"]
@@ -228,3 +229,29 @@ def test_gunicorn_cprofile_backend_counts_every_call(tmp_path):
     assert r.returncode == 0 and f"{sum(ks)} calls" in out and "<genexpr>" in out, out
     r = run_samprof(["top", str(profiles), "-n", "200"], tmp_path)
     assert r.returncode == 0 and "count_calls" in r.stdout.decode()
+
+
+@pytest.mark.skipif(SANITIZED, reason="timing accuracy is not meaningful under ASan")
+@pytest.mark.accuracy
+def test_django_under_gunicorn_routes_get_their_cpu(tmp_path):
+    """Django's own URL patterns as the route labels
+    (samprof.django.RouteMiddleware). Spread over 8 first attempts (`make
+    spread`, Python 3.11, 2-core VM): |error| at most 0.48 pp (of 5)."""
+
+    def attempt(scale):
+        profiles = tmp_path / f"profiles-{scale}"
+        env = child_env({"SAMPROF_TEST_PROFILE_DIR": str(profiles)})
+        args = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:0"]
+        args += ["--chdir", SCRIPTS, "web_django_app:app"]
+        with running(args, str(tmp_path), env) as server:
+            [listening] = server.wait_for(GUNICORN_LISTENING)
+            port = int(listening.group(1))
+            n = int(20 * scale)
+            paths = [f"/items/{i}/" for i in range(n)] + [f"/pages/p{i}/" for i in range(n)]
+            truth = load(port, paths)
+            server.proc.send_signal(signal.SIGTERM)
+            assert server.finish() == 0, "".join(server.stderr)
+        profile = read_dir(str(profiles))
+        check_shares(profile, truth, {"items": "/items/<int:n>/", "pages": "/pages/<slug:name>/"})
+
+    measure(attempt)
