@@ -7,8 +7,10 @@ A request goes through :class:`Profiling` in three calls: ``select`` (a
 dict lookup when nothing is to be profiled), ``begin`` before the
 application runs, ``end`` after its response; ``set_route`` and
 ``set_status`` in between relabel the rest of it. A backend (the
-:class:`Backend` interface) does the profiling; :class:`SamplingBackend`
-is samprof's CPU or wall sampler.
+:class:`Backend` interface) does the profiling: :class:`SamplingBackend`
+(samprof's CPU or wall sampler) or :class:`CProfileBackend`.
+:class:`Timing` makes the Server-Timing header; :class:`profiled` runs a
+function or block outside requests the way a request runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import signal
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from samprof import pprof
 
@@ -160,7 +162,9 @@ class SamplingBackend(Backend):
         self._pid = os.getpid()
         self._profiler: Any = None
         self._active = 0  # profiled requests running
-        self._parts: List[pprof.Profile] = []  # for the next collect
+        # For the next collect: profiles as the sampler wrote them, or
+        # parsed when a triggered request's samples were taken out.
+        self._parts: List[Union[bytes, pprof.Profile]] = []
         self._free_slots = list(range(_TRIGGER_SLOTS - 1, -1, -1))
         # Samples of each running triggered request, gathered at each stop.
         self._slot_parts: Dict[int, List[pprof.Profile]] = {}
@@ -193,13 +197,16 @@ class SamplingBackend(Backend):
         if profiler is None or not profiler.running:
             return  # (samprof discards a profile left running at exit)
         data = profiler.stop()
+        if not self._slot_parts:
+            # Sorted out by collect, after the lock is released: requests
+            # do not wait while a large profile is parsed.
+            self._parts.append(data)
+            return
         profile = pprof.read(data)
         for slot, parts in self._slot_parts.items():
             # Kept even when empty: it carries the profile's types.
             parts.append(pprof.filter(profile, {_TRIGGER_LABEL: str(slot)}))
-        kept = profile if self.continuous else _with_label(profile, ("route", "function"))
-        if kept.samples:
-            self._parts.append(_without_label(kept, _TRIGGER_LABEL))
+        self._parts.append(profile)
 
     def begin(self, request: RequestInfo) -> None:
         with self._lock:
@@ -248,9 +255,18 @@ class SamplingBackend(Backend):
                 if not self._closed and not self._start():
                     self.unprofiled += 1
             parts, self._parts = self._parts, []
-        if not parts:
+        if self.continuous and len(parts) == 1 and isinstance(parts[0], bytes):
+            return parts[0]  # one stretch of everything: the profile as it came
+        kept = []
+        for part in parts:
+            profile = pprof.read(part) if isinstance(part, bytes) else part
+            if not self.continuous:
+                profile = _with_label(profile, ("route", "function"))
+            if profile.samples:
+                kept.append(_without_label(profile, _TRIGGER_LABEL))
+        if not kept:
             return None
-        return pprof.write(pprof.merge(parts))
+        return pprof.write(pprof.merge(kept))
 
     def close(self) -> Optional[bytes]:
         with self._lock:
@@ -739,7 +755,6 @@ _default_lock = threading.Lock()
 _in_profiled: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "samprof.profiled", default=False
 )
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _profiling_for_profiled(middleware: Any) -> Optional[Profiling]:

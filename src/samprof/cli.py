@@ -371,6 +371,18 @@ def _check_target(script: Optional[str], module: Optional[str]) -> Optional[Tupl
     return None
 
 
+def _prepare_target(script: Optional[str], module: Optional[str]) -> Optional[int]:
+    """Set sys.path[0] for the target and check that it can run; the exit
+    status python would give (after saying why) if it cannot, else None."""
+    _set_sys_path(script, module)
+    problem = _check_target(script, module)
+    if problem is None:
+        return None
+    message, status = problem
+    _error(message)
+    return status
+
+
 def _exec_as_main(code: types.CodeType, **attributes: Any) -> None:
     """Execute ``code`` in a fresh ``__main__`` module with these attributes.
 
@@ -488,11 +500,8 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
     output_dir = os.path.dirname(output_path)
     if not os.path.isdir(output_dir):
         return _error(f"cannot write {output}: directory {output_dir} does not exist")
-    _set_sys_path(script, module)
-    problem = _check_target(script, module)
-    if problem is not None:
-        message, status = problem
-        _error(message)
+    status = _prepare_target(script, module)
+    if status is not None:
         return status
 
     import samprof
@@ -604,11 +613,8 @@ def _serve(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List
             f"argument --listen: {opts.listen} is not a loopback address: serving there "
             "needs --token-file, or anyone who can reach the port could profile the program"
         )
-    _set_sys_path(script, module)
-    problem = _check_target(script, module)
-    if problem is not None:
-        message, status = problem
-        _error(message)
+    status = _prepare_target(script, module)
+    if status is not None:
         return status
     try:
         server = http.serve(

@@ -1,10 +1,13 @@
 """A short profiling session for valgrind's memcheck: a CPU profile at
 1 kHz with two busy threads and a thread that starts and ends meanwhile,
-then a wall profile, each read back. Keeps the work small: everything runs
+all in labels blocks (which the samplers read from each thread's context),
+and asyncio tasks taking turns under labels of their own; then a wall
+profile, the same, each read back. Keeps the work small: everything runs
 some 50 times slower under valgrind."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import threading
 import time
@@ -14,10 +17,23 @@ from samprof.pprof import Profile
 
 
 def work(seconds: float) -> None:
-    end = time.monotonic() + seconds
-    n = 0
-    while time.monotonic() < end:
-        n += sum(i * i for i in range(100))
+    with samprof.labels(thread=threading.current_thread().name):
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end:
+            n += sum(i * i for i in range(100))
+
+
+async def task(name: str, seconds: float) -> None:
+    with samprof.labels(task=name):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            sum(i * i for i in range(100))
+            await asyncio.sleep(0)
+
+
+async def tasks(seconds: float) -> None:
+    await asyncio.gather(*(task(f"t{i}", seconds) for i in range(3)))
 
 
 def session(cls, seconds: float) -> None:
@@ -28,7 +44,8 @@ def session(cls, seconds: float) -> None:
                 t.start()
             late = threading.Thread(target=work, args=(seconds / 3,))
             late.start()
-            work(seconds)
+            work(seconds / 2)
+            asyncio.run(tasks(seconds / 2))
             late.join()
             for t in threads:
                 t.join()

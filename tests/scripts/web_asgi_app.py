@@ -13,46 +13,38 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from support.workloads import burn_cpu
 
 import samprof.asgi
 
 
-def burn(seconds: float) -> float:
-    t0 = time.thread_time()
-    n = 0
-    while time.thread_time() - t0 < seconds:
-        for i in range(500):
-            n += i
-    return time.thread_time() - t0
-
-
 def fast_work() -> float:
-    return burn(0.002)
+    return burn_cpu(0.002)
 
 
 def slow_work() -> float:
-    return burn(0.004)
+    return burn_cpu(0.004)
+
+
+async def take_turns(work) -> PlainTextResponse:
+    """10 rounds of work, letting the other requests run after each."""
+    used = 0.0
+    for _ in range(10):
+        used += work()
+        await asyncio.sleep(0)
+    return PlainTextResponse(f"{used:.9f}\n")
 
 
 async def fast(request):
-    used = 0.0
-    for _ in range(10):
-        used += fast_work()
-        await asyncio.sleep(0)
-    return PlainTextResponse(f"{used:.9f}\n")
+    return await take_turns(fast_work)
 
 
 async def slow(request):
-    used = 0.0
-    for _ in range(10):
-        used += slow_work()
-        await asyncio.sleep(0)
-    return PlainTextResponse(f"{used:.9f}\n")
+    return await take_turns(slow_work)
 
 
 app = samprof.asgi.ProfilerMiddleware(

@@ -9,7 +9,6 @@ test compares the profiles with. Environment: SAMPROF_TEST_PROFILE_DIR.
 from __future__ import annotations
 
 import os
-import time
 
 from django.conf import settings
 
@@ -26,25 +25,17 @@ settings.configure(
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.http import HttpResponse  # noqa: E402
 from django.urls import path  # noqa: E402
+from support.workloads import burn_cpu  # noqa: E402
 
 import samprof.wsgi  # noqa: E402
 
 
-def burn(seconds: float) -> float:
-    t0 = time.thread_time()
-    n = 0
-    while time.thread_time() - t0 < seconds:
-        for i in range(500):
-            n += i
-    return time.thread_time() - t0
-
-
 def item_view(request, n):
-    return HttpResponse(f"{burn(0.02):.9f}\n")
+    return HttpResponse(f"{burn_cpu(0.02):.9f}\n")
 
 
 def page_view(request, name):
-    return HttpResponse(f"{burn(0.01):.9f}\n")
+    return HttpResponse(f"{burn_cpu(0.01):.9f}\n")
 
 
 urlpatterns = [

@@ -14,23 +14,17 @@ from __future__ import annotations
 import os
 import time
 
+from support.workloads import burn_cpu
+
 import samprof.wsgi
 
 
-def burn(seconds: float) -> None:
-    t0 = time.thread_time()
-    n = 0
-    while time.thread_time() - t0 < seconds:
-        for i in range(500):
-            n += i
-
-
 def heavy_work() -> None:
-    burn(0.02)
+    burn_cpu(0.02)
 
 
 def light_work() -> None:
-    burn(0.01)
+    burn_cpu(0.01)
 
 
 def counted_leaf() -> int:
