@@ -36,6 +36,10 @@ from samprof import _core
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+# Labels samprof sets for its own bookkeeping (the web middleware's marker
+# of a triggered request's samples): kept out of current_labels().
+INTERNAL_LABELS = frozenset({"samprof_request"})
+
 
 class labels(_core.labels):
     """Context manager and decorator that labels the samples taken inside.
@@ -70,4 +74,4 @@ class labels(_core.labels):
 
 def current_labels() -> Dict[str, str]:
     """The labels in effect in the calling context (thread, asyncio task)."""
-    return dict(_core.thread_labels())
+    return {k: v for k, v in _core.thread_labels() if k not in INTERNAL_LABELS}

@@ -42,7 +42,8 @@ __all__ = [
 
 # The label that tells concurrent triggered requests' samples apart: a
 # small pool of values, so that the label sets stay few (samprof keeps
-# every label set for the life of the process).
+# every label set for the life of the process). One of
+# samprof._labels.INTERNAL_LABELS, which current_labels() leaves out.
 _TRIGGER_LABEL = "samprof_request"
 _TRIGGER_SLOTS = 64
 # The answer to a triggered request that got no profile.

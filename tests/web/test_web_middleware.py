@@ -104,7 +104,7 @@ def test_untriggered_requests_pass_straight_through():
     # The right token: the answer is the request's profile.
     status, headers, data = call(mw, "/", "samprof=s3cret")
     assert status == "200 OK" and headers["Content-Type"] == "application/octet-stream"
-    assert calls[-1]["route"] == "/" and calls[-1]["method"] == "GET"
+    assert calls[-1] == {"route": "/", "method": "GET"}
     assert pprof.read(data).sample_types[0].type == "samples"
     assert not _core.is_running()
 
