@@ -1034,14 +1034,15 @@ NOT_MEASURED = [
     "**Real applications.** The workloads are synthetic and small (a few hundred distinct "
     "stacks). A web service with thousands of distinct stacks stresses samprof's stack table "
     "and symbol cache more than these do; the 60 s memory run is the closest we come.",
-    "**Heap profiling, labels, HTTP endpoints.** This harness measures CPU and wall-clock "
-    "sampling only; `samprof.labels` costs and the HTTP server are not benchmarked here.",
+    "**Labels, HTTP endpoints, web middleware.** `samprof.labels` blocks (timed with "
+    "timeit in the README), the HTTP server and the request middleware are not benchmarked "
+    "here.",
     "**cProfile and pyinstrument on other threads.** They profile the thread that started "
     "them; making them follow every thread (threading.setprofile) is not how they are used, "
     "so threaded-io shows them blind to the worker threads instead.",
-    "**Scalene, memray, ddtrace, Tachyon.** Scalene and memray are whole-program runners "
-    "with their own launchers and goals (memory), ddtrace needs an agent, Tachyon needs "
-    "Python 3.15; none fits the one-process harness.",
+    "**Scalene, ddtrace, Tachyon.** Scalene is a whole-program runner with its own "
+    "launcher, ddtrace needs an agent, Tachyon needs Python 3.15; none fits the one-process "
+    "harness. (memray runs in-process, through its Tracker, beside the heap profilers.)",
     "**zprofile's wall mode.** It is pure Python, main thread only; its CPU profiler is "
     "measured. zprofile also profiles for a fixed duration with no way to stop early, so the "
     "harness asks it for twice the unprofiled run time and waits for the rest after the "

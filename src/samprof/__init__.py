@@ -18,6 +18,12 @@ profile out of a live process and read it with ``go tool pprof`` or
         work()
     open("heap.pb.gz", "wb").write(prof.result)
 
+Over HTTP, ``samprof.serve()`` (or ``samprof serve -- app.py``) serves
+Go's /debug/pprof endpoints from the process; ``samprof.wsgi`` and
+``samprof.asgi`` hold the endpoints as mountable applications and
+``ProfilerMiddleware``, which profiles a web application's requests
+(``samprof.profiled`` does the same for code outside requests).
+
 Profiles are read, written, merged and compared by :mod:`samprof.pprof`,
 which is pure Python. The profilers need the compiled core; their names are
 loaded on first use, so ``import samprof`` and ``import samprof.pprof`` work

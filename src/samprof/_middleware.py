@@ -56,8 +56,9 @@ NO_PROFILE = (
 class RequestInfo:
     """One request, as the middleware and its backend see it. ``route``
     is the route template once the application told it (``set_route``),
-    else the path's first segment; ``wants_profile``: a triggered request
-    whose response is its own profile."""
+    else the path's first segment; ``status`` the response's, once it
+    started; ``wants_profile``: a triggered request whose response is its
+    own profile."""
 
     __slots__ = (
         "method",
@@ -352,7 +353,9 @@ def _with_label(profile: pprof.Profile, keys: Tuple[str, ...]) -> pprof.Profile:
             parts.append(pprof.filter(profile, {key: values}))
     if len(parts) == 1:
         return parts[0]
-    return pprof.merge(parts) if parts else pprof.filter(profile, {keys[0]: ()})
+    if parts:
+        return pprof.merge(parts)
+    return pprof.filter(profile, {keys[0]: ()})  # none: an empty profile of its types
 
 
 def _without_label(profile: pprof.Profile, key: str) -> pprof.Profile:
@@ -569,7 +572,6 @@ class Profiling:
         self._closed_pid = -1
         self._flusher_lock = threading.Lock()
         self._stop_flusher = threading.Event()
-        self.written: List[str] = []
         # Requests left unprofiled because the when= function raised.
         self.predicate_errors = 0
 
@@ -673,11 +675,9 @@ class Profiling:
         if data is None or self.files is None:
             return None
         try:
-            path = self.files.write(data)
+            return self.files.write(data)
         except OSError:
             return None
-        self.written.append(path)
-        return path
 
     def shutdown(self) -> None:
         """This process is ending: write what the backend has left, and

@@ -21,6 +21,7 @@ import asyncio
 import threading
 from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional
 
+from samprof._middleware import set_route
 from samprof.http import Request, Response, _MountedApp
 from samprof.wsgi import _MAX_BODY, _sub_path
 
@@ -121,7 +122,9 @@ class ProfilerMiddleware:
     turns on one event loop are each charged for their own time. Starlette
     and FastAPI routes are found as the router picks them (``route`` is the
     route's path template); other applications name theirs with
-    :func:`samprof.asgi.set_route`.
+    :func:`samprof.asgi.set_route`. This process's last files are written
+    at the server's lifespan shutdown (uvicorn's workers end by a signal,
+    without running ``atexit``).
     """
 
     def __init__(self, app: Callable[..., Any], **options: Any) -> None:
@@ -271,14 +274,4 @@ class _RoutedScope(dict):
 
 def _route_found(path: Any) -> None:
     if isinstance(path, str):
-        from samprof._middleware import set_route as _set_route
-
-        _set_route(path)
-
-
-def set_route(template: str) -> None:
-    """Name the route of the request being served (see
-    :func:`samprof._middleware.set_route`)."""
-    from samprof._middleware import set_route as _set_route
-
-    _set_route(template)
+        set_route(path)

@@ -578,7 +578,9 @@ class Server:
 # The servers of this process (and, after a fork, those it inherited).
 _servers: "weakref.WeakSet[Server]" = weakref.WeakSet()
 # serve(per_process=True): the arguments each forked child serves with, the
-# first server ("root") and the child's own server ("server").
+# first server ("root"), the child's own server ("server": the reference
+# that keeps it alive, as nobody else holds it) and the callback that
+# announces it ("announce").
 _per_process: Optional[Dict[str, Any]] = None
 _fork_hook_registered = False
 

@@ -316,16 +316,15 @@ def callers(profile: Profile, function: str, sample_type: Union[str, int, None] 
     for sample in profile.samples:
         value = sample.values[index]
         stack = profile.stack_of(sample)  # leaf first
-        seen = set()
-        for i, frame in enumerate(stack):
-            if frame.function != function:
-                continue
-            caller = stack[i + 1].function if i + 1 < len(stack) else "(root)"
-            if caller not in seen and caller != function:
-                seen.add(caller)
-                by_caller[caller] = by_caller.get(caller, 0) + value
-        if any(frame.function == function for frame in stack):
+        callers_here = {
+            stack[i + 1].function if i + 1 < len(stack) else "(root)"
+            for i, frame in enumerate(stack)
+            if frame.function == function
+        }
+        if callers_here:
             total += value
+        for caller in callers_here - {function}:
+            by_caller[caller] = by_caller.get(caller, 0) + value
     if not by_caller and total == 0:
         raise ValueError(f"no sample calls {function!r}")
     lines = [

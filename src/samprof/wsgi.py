@@ -23,6 +23,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from samprof._middleware import set_route
 from samprof.http import Request, _MountedApp
 
 __all__ = ["PprofApp", "ProfilerMiddleware", "set_route"]
@@ -101,19 +102,23 @@ class ProfilerMiddleware:
     returning a bool.
 
     ``backend``: ``"sampling"`` (samprof's sampler; ``mode="cpu"`` or
-    ``"wall"``, ``hz``) or an object with the :class:`samprof.Backend`
-    methods. Every sample of a profiled request carries its labels:
+    ``"wall"``, ``hz``), ``"cprofile"`` (the standard library's cProfile:
+    exact call counts, ``.prof`` pstats files; see
+    :class:`samprof._middleware.CProfileBackend`) or an object with the
+    :class:`samprof.Backend` methods. Every sample of a profiled request carries its labels:
     ``route`` (the template the application names with
     :func:`samprof.wsgi.set_route`, else the path's first segment),
     ``method``, and, once the response started, ``status`` (``2xx``).
 
-    ``profile_dir``: each process writes ``{name}.{pid}.{seq}.pb.gz`` there
-    every ``flush_interval`` seconds (60) and at exit (SIGTERM included,
+    ``profile_dir``: each process writes ``{name}.{pid}.{seq}.pb.gz``
+    (``.prof`` for cProfile) there every ``flush_interval`` seconds (60)
+    and at exit (SIGTERM included,
     unless the server handles SIGTERM itself, as gunicorn does, and then
     exits normally); ``samprof top DIR`` reads them all. A triggered
     request is answered with its own profile when ``respond_with_profile``
-    (the default): the pprof file, or for a browser a page with its top
-    functions.
+    (the default): the file, or for a browser a page with its top
+    functions. Functions and blocks outside requests go to the same files
+    with :class:`samprof.profiled`.
 
     ``server_timing=True`` adds a ``Server-Timing`` header to every
     response (profiled or not), which browsers' developer tools show: the
@@ -242,11 +247,3 @@ class _Body:
         end, self._end = self._end, None
         if end is not None:
             end()
-
-
-def set_route(template: str) -> None:
-    """Name the route of the request being served (see
-    :func:`samprof._middleware.set_route`)."""
-    from samprof._middleware import set_route as _set_route
-
-    _set_route(template)
