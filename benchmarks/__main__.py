@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from benchmarks import environment, floor, profilers, report, runner, workloads
+from benchmarks import environment, floor, profilers, report, runner, web, workloads
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,6 +21,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 0.3 s for --quick.
 FULL_SCALE = 1.0
 QUICK_SCALE = 0.15
+# Requests per web benchmark run (about 0.6 ms each unprofiled here).
+FULL_REQUESTS = 1000
+QUICK_REQUESTS = 60
 
 # Profilers run on the call-heavy and mixed workloads only, to put more
 # points on the overhead-vs-rate plot.
@@ -125,6 +128,7 @@ def ensure_environment(args: argparse.Namespace, argv: List[str]) -> None:
     if args.no_venv or environment.in_venv(args.venv):
         return
     peers = [] if args.quick else list(environment.PEERS)
+    peers.append(environment.WEB_PEER)
     if args.plot:
         peers.append(environment.PLOT_PEER)
     environment.prepare(args.venv, args.python or sys.executable, args.samprof_source, peers, log)
@@ -368,6 +372,9 @@ def measure(args: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
         )
         save(args.json, results)
 
+    results["web"] = measure_web(args, scratch)
+    save(args.json, results)
+
     memory_spec = profilers.BY_ID[MEMORY_PROFILER]
     memory_wanted = args.workloads is None or "soak" in args.workloads.split(",")
     if available[memory_spec.family]["ok"] and memory_wanted:
@@ -392,6 +399,55 @@ def measure(args: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
     return results
 
 
+def measure_web(args: argparse.Namespace, scratch: str) -> Dict[str, Any]:
+    """The web section: each application under each middleware variant,
+    paired with the bare application (see benchmarks/web.py)."""
+    requests = QUICK_REQUESTS if args.quick else FULL_REQUESTS
+    out: Dict[str, Any] = {
+        "requests": requests,
+        "items": web.ITEMS,
+        "apps": dict(web.APPS),
+        "variants": {v.id: {"label": v.label, "description": v.description} for v in web.VARIANTS},
+        "versions": web.versions(),
+        "unavailable": {},
+        "cells": [],
+    }
+    only = set(args.workloads.split(",")) if args.workloads else None
+    apps = [app for app in web.APPS if only is None or f"web-{app}" in only]
+    if not apps:
+        return out
+    missing = web.servers_available()
+    if missing is not None:
+        out["unavailable"]["servers"] = missing
+        log(f"web: not measured: {missing}")
+        return out
+    cells = []
+    for variant in web.VARIANTS:
+        if args.quick and variant.family not in ("none", "samprof"):
+            continue
+        why = web.available(variant)
+        if why is not None:
+            out["unavailable"][variant.id] = why
+            continue
+        cells += [(app, variant.id) for app in apps if app in variant.apps]
+    runner_ = web.WebRunner(
+        sys.executable,
+        REPO,
+        os.path.join(scratch, "web"),
+        requests,
+        clean_env=not args.no_venv,
+        log=log,
+        keep=args.keep,
+    )
+    t0 = time.perf_counter()
+    for i, (app, variant_id) in enumerate(cells):
+        minutes = (time.perf_counter() - t0) / 60
+        progress = f"[web {i + 1}/{len(cells)} {minutes:.1f} min] {app} x {variant_id}"
+        pairs = runner_.cell(app, variant_id, args.repeats, progress)
+        out["cells"].append({"app": app, "variant": variant_id, "pairs": pairs})
+    return out
+
+
 def own_failures(results: Dict[str, Any]) -> List[str]:
     """Failed runs of samprof itself or of the unprofiled baseline: these
     make the command fail. A peer's failure is reported, not fatal, and so
@@ -408,6 +464,14 @@ def own_failures(results: Dict[str, Any]) -> List[str]:
             for name, run in runs:
                 if "error" in run:
                     failed.append(f"{cell['workload']} / {name}: {run['error'][-300:]}")
+    for cell in (results.get("web") or {}).get("cells", []):
+        for base, prof in cell["pairs"]:
+            runs = [("baseline", base)]
+            if cell["variant"].startswith("samprof") or cell["variant"] == "none":
+                runs.append((cell["variant"], prof))
+            for name, run in runs:
+                if "error" in run:
+                    failed.append(f"web {cell['app']} / {name}: {run['error'][-300:]}")
     memory = results.get("memory") or {}
     for name in ("base", "prof"):
         if "error" in (memory.get(name) or {}):

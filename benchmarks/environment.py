@@ -40,6 +40,12 @@ PEERS: List[Dict[str, Any]] = [
     },
     {"name": "memray", "requirements": ["memray"], "check": ["-c", "import memray"]},
 ]
+# The web benchmark's servers and frameworks (werkzeug comes with Flask).
+WEB_PEER = {
+    "name": "web",
+    "requirements": ["flask gunicorn starlette uvicorn"],
+    "check": ["-c", "import flask, gunicorn, starlette, uvicorn"],
+}
 PLOT_PEER = {
     "name": "matplotlib",
     "requirements": ["matplotlib"],

@@ -117,6 +117,34 @@ def summarize(cell: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def summarize_web(pairs: List[List[Dict[str, Any]]]) -> Dict[str, Any]:
+    """Medians over the good pairs: each side's CPU per request, the
+    per-pair CPU and latency ratios, the CPU each request adds."""
+    good = [(b, p) for b, p in pairs if "error" not in b and "error" not in p]
+    errors = [r["error"] for pair in pairs for r in pair if "error" in r]
+    if not good:
+        return {"n": 0, "errors": errors}
+
+    median = statistics.median
+    return {
+        "n": len(good),
+        "errors": errors,
+        "base_cpu_us": median([b["cpu_us"] for b, _ in good]),
+        "cpu_us": median([p["cpu_us"] for _, p in good]),
+        "added_cpu_us": median([p["cpu_us"] - b["cpu_us"] for b, p in good]),
+        "cpu": median([p["cpu_us"] / b["cpu_us"] for b, p in good]),
+        "cpu_range": (
+            min(p["cpu_us"] / b["cpu_us"] for b, p in good),
+            max(p["cpu_us"] / b["cpu_us"] for b, p in good),
+        ),
+        "latency": median([p["latency_mean_us"] / b["latency_mean_us"] for b, p in good]),
+        "base_latency_us": median([b["latency_mean_us"] for b, _ in good]),
+        "latency_us": median([p["latency_mean_us"] for _, p in good]),
+        "p99_us": median([p["latency_p99_us"] for _, p in good]),
+        "response_bytes": median([p["response_bytes"] for _, p in good]),
+    }
+
+
 def _index(results: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]:
     return {(c["workload"], c["profiler"]): summarize(c) for c in results["cells"]}
 
@@ -344,6 +372,12 @@ def summary(results: Dict[str, Any]) -> str:
         lines.append(
             f"  memory added ({mem['seconds']:g} s at 100 Hz): {mem['added_mib']:+.1f} MiB"
         )
+    for app, variant, s in _web_cells(results):
+        if s["n"]:
+            lines.append(
+                f"  web {app} {variant}: {s['cpu_us']:.0f} µs CPU per request "
+                f"({fmt_ratio(s['cpu'])} against {s['base_cpu_us']:.0f} µs)"
+            )
     for family, info in results["meta"]["available"].items():
         if not info["ok"]:
             lines.append(f"  unavailable: {family}: {info['error']}")
@@ -797,6 +831,8 @@ def markdown(results: Dict[str, Any], image: Optional[str]) -> str:
         add(_grid(index, heap, ids[1:], lambda s: fmt_num(s["rss_mib"], "+.1f")))
         add("")
 
+    L += _web_section(results)
+
     add("## Peak RSS added")
     add("")
     add(
@@ -1023,6 +1059,94 @@ def markdown(results: Dict[str, Any], image: Optional[str]) -> str:
     return "\n".join(L)
 
 
+def _web_cells(results: Dict[str, Any]) -> List[Tuple[str, str, Dict[str, Any]]]:
+    """(app, variant, figures) of every web cell, in the order measured."""
+    return [
+        (cell["app"], cell["variant"], summarize_web(cell["pairs"]))
+        for cell in (results.get("web") or {}).get("cells", [])
+    ]
+
+
+def _web_section(results: Dict[str, Any]) -> List[str]:
+    info = results.get("web")
+    if not info or (not info["cells"] and not info["unavailable"]):
+        return []
+    L = ["## Web middleware: cost per request", ""]
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    L.append(
+        f"A small application answers `/items/{info['items']}` (a JSON page of "
+        f"{info['items']} rows, built with a few function calls per row) on loopback, "
+        f"under a real server: "
+        + " and ".join(info["apps"].values())
+        + f". A client in the harness sends {info['requests']} requests one after another, "
+        f"each on a new connection, after 30 to warm up; the *CPU per request* is the serving "
+        f"process's CPU time over them (every thread, the profiler's included, read through "
+        f"the application's `/_cpu` route before and after), the latency the client's mean. "
+        f"Each variant is paired with the bare application as in the tables above (median of "
+        f"the per-pair ratios; *range* is their smallest and largest); *no middleware* "
+        f"against itself is the noise. Files are written when the server stops, outside the "
+        f"measured requests (every 60 s by default in a long-running server). "
+        f"Versions: {versions}."
+    )
+    L.append("")
+    for what in info["variants"].values():
+        L.append(f"- **{what['label']}**: {what['description']}")
+    L.append("")
+    cells = _web_cells(results)
+    for app, what in info["apps"].items():
+        rows = []
+        for cell_app, variant_id, s in cells:
+            if cell_app != app:
+                continue
+            label = info["variants"][variant_id]["label"]
+            if s["n"] == 0:
+                rows.append([label, "error", "", "", "", "", ""])
+                continue
+            lo, hi = s["cpu_range"]
+            rows.append(
+                [
+                    label,
+                    f"{s['cpu_us']:.0f} µs",
+                    f"{s['added_cpu_us']:+.0f} µs",
+                    fmt_ratio(s["cpu"]),
+                    f"{fmt_ratio(lo)} to {fmt_ratio(hi)}",
+                    fmt_ratio(s["latency"]) + f" ({s['latency_us']:.0f} µs)",
+                    f"{s['response_bytes'] / 1024:.1f} KiB",
+                ]
+            )
+        if not rows:
+            continue
+        L.append(f"**{what}**, unprofiled about {_web_base(cells, app):.0f} µs of CPU per request:")
+        L.append("")
+        L.append(
+            _table(
+                [
+                    "variant",
+                    "CPU per request",
+                    "added",
+                    "CPU overhead",
+                    "range",
+                    "latency overhead (mean)",
+                    "response",
+                ],
+                rows,
+            )
+        )
+        L.append("")
+    for what, why in info["unavailable"].items():
+        L.append(f"Not measured: {what}: {why}  ")
+    for app, variant_id, s in cells:
+        for error in s["errors"][:1]:
+            L.append(f"Failed: {app} / {variant_id}: `{_one_line(error, 300)}`  ")
+    L.append("")
+    return L
+
+
+def _web_base(cells: List[Tuple[str, str, Dict[str, Any]]], app: str) -> float:
+    bases = [s["base_cpu_us"] for a, _v, s in cells if a == app and s["n"]]
+    return statistics.median(bases) if bases else 0.0
+
+
 RATE_WORKLOADS_DOC = ["call-heavy", "mixed"]
 
 NOT_MEASURED = [
@@ -1034,9 +1158,10 @@ NOT_MEASURED = [
     "**Real applications.** The workloads are synthetic and small (a few hundred distinct "
     "stacks). A web service with thousands of distinct stacks stresses samprof's stack table "
     "and symbol cache more than these do; the 60 s memory run is the closest we come.",
-    "**Labels, HTTP endpoints, web middleware.** `samprof.labels` blocks (timed with "
-    "timeit in the README), the HTTP server and the request middleware are not benchmarked "
-    "here.",
+    "**Labels, HTTP endpoints.** `samprof.labels` blocks (timed with timeit in the README) "
+    "and the HTTP server are not benchmarked here; the web middleware is, on one small "
+    "application, one request at a time (concurrent load on a 2-core machine mostly "
+    "measures the client).",
     "**cProfile and pyinstrument on other threads.** They profile the thread that started "
     "them; making them follow every thread (threading.setprofile) is not how they are used, "
     "so threaded-io shows them blind to the worker threads instead.",

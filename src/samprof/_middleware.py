@@ -24,6 +24,7 @@ import inspect
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import urllib.parse
@@ -277,18 +278,45 @@ class SamplingBackend(Backend):
         return self.collect()
 
 
+# Since 3.12 cProfile is built on sys.monitoring: one profiler at a time
+# watches every thread of the process. Before, each thread has its own.
+_CPROFILE_PER_PROCESS = sys.version_info >= (3, 12)
+
+
+class _CProfileSlot:
+    """The ``cProfile.Profile`` that the requests of one thread (one
+    process since 3.12) share: enabled while any of them runs, so that a
+    request pays for enabling and disabling it, and the statistics are
+    made at a flush, not in the request."""
+
+    __slots__ = ("profiler", "active", "own", "used", "retire")
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self.profiler = cProfile.Profile()
+        self.active = 0  # requests running under ``profiler``
+        self.own = False  # a triggered request's own profiler runs here
+        self.used = False  # ``profiler`` ran since it was made
+        self.retire = False  # a flush wants ``profiler`` while it runs
+
+
 class CProfileBackend(Backend):
     """The standard library's ``cProfile``: exact call counts and times of
     every function the profiled requests ran, written as ``pstats`` files
     (``.prof``: ``pstats.Stats(path)``, ``samprof top DIR``, snakeviz).
 
     A deterministic profiler slows the code it watches several times over,
-    so pick requests (``when=0.01``, ``"trigger"``) rather than all. Since
-    Python 3.12 cProfile watches every thread of the process and only one
-    may run at a time: a request that comes while another is profiled is
-    served unprofiled and counted in ``unprofiled``, and a request's
-    profile also holds what other threads ran meanwhile. Before 3.12 each
-    thread's requests are profiled on their own.
+    so pick requests (``when=0.01``, ``"trigger"``) rather than all.
+    Requests share one profiler per thread (per process since Python 3.12,
+    where cProfile watches every thread): it runs while any of them does,
+    so requests whose coroutines interleave on an event loop are all
+    profiled, and since 3.12 a profile also holds what other threads ran
+    meanwhile. A triggered request gets a profiler of its own, which can
+    run only while no other request is profiled in its thread (its
+    process since 3.12); a request that finds the profiler taken, by such
+    a request or by a cProfile of the program's own, is served unprofiled
+    and counted in ``unprofiled``.
     """
 
     suffix = ".prof"
@@ -300,47 +328,117 @@ class CProfileBackend(Backend):
         self.unprofiled = 0
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._total: Any = None  # pstats.Stats of everything since collect
+        # Keyed by thread ident, or 0 for the process.
+        self._slots: Dict[int, _CProfileSlot] = {}
+        # Profilers that ran and await the next collect.
+        self._done: List[Any] = []
 
-    def begin(self, request: RequestInfo) -> None:
+    def _slot(self) -> _CProfileSlot:
+        if self._pid != os.getpid():  # a forked child: the parent's are not ours
+            self._pid, self._slots, self._done = os.getpid(), {}, []
+        key = 0 if _CPROFILE_PER_PROCESS else threading.get_ident()
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = _CProfileSlot()
+        return slot
+
+    def _renew(self, slot: _CProfileSlot) -> None:
+        """Hand a running shared profiler to the next collect and go on
+        with a new one (in the slot's own thread: before 3.12 enabling
+        acts on the calling thread)."""
         import cProfile
 
-        profiler = cProfile.Profile()
-        try:
-            profiler.enable()
-        except ValueError:  # 3.12+: another profiler is active
-            with self._lock:
+        slot.profiler.disable()
+        self._done.append(slot.profiler)
+        slot.profiler = cProfile.Profile()
+        slot.retire = False
+        slot.profiler.enable()
+
+    def begin(self, request: RequestInfo) -> None:
+        with self._lock:
+            slot = self._slot()
+            if slot.own or (request.wants_profile and slot.active):
                 self.unprofiled += 1
-            return
-        request.state = (os.getpid(), profiler)
+                return
+            if request.wants_profile:
+                import cProfile
+
+                profiler = cProfile.Profile()
+            else:
+                if slot.active:
+                    if slot.retire:
+                        self._renew(slot)
+                    slot.active += 1
+                    request.state = (self._pid, slot, None)
+                    return
+                profiler = slot.profiler
+            try:
+                profiler.enable()
+            except ValueError:  # 3.12+: a profiler of the program's own runs
+                self.unprofiled += 1
+                return
+            if request.wants_profile:
+                slot.own = True
+                request.state = (self._pid, slot, profiler)
+            else:
+                slot.active, slot.used = 1, True
+                request.state = (self._pid, slot, None)
 
     def end(self, request: RequestInfo) -> Optional[bytes]:
         if request.state is None:
             return None
-        pid, profiler = request.state
-        profiler.disable()
-        import marshal
-        import pstats
-
-        if pid != os.getpid():
+        pid, slot, own = request.state
+        if own is None:
+            with self._lock:
+                slot.active -= 1
+                if slot.active == 0:
+                    slot.profiler.disable()
+                elif slot.retire and self._pid == pid == os.getpid():
+                    self._renew(slot)
             return None
-        stats = pstats.Stats(profiler)
+        own.disable()
+        data = None
+        if pid == os.getpid():
+            import marshal
+            import pstats
+
+            try:
+                # Made before a collect can see ``own`` (which makes them
+                # again: create_stats keeps none).
+                data = marshal.dumps(pstats.Stats(own).stats)
+            except TypeError:  # it saw no call
+                pass
         with self._lock:
-            if self._pid != os.getpid():
-                self._pid, self._total = os.getpid(), None
-            if self._total is None:
-                self._total = pstats.Stats(profiler)
-            else:
-                self._total.add(stats)
-        return marshal.dumps(stats.stats) if request.wants_profile else None
+            slot.own = False
+            if self._pid == pid == os.getpid():
+                self._done.append(own)
+        return data
 
     def collect(self) -> Optional[bytes]:
         import marshal
+        import pstats
 
         with self._lock:
-            if self._pid != os.getpid():
-                self._pid, self._total = os.getpid(), None
-            total, self._total = self._total, None
+            self._slot()
+            done, self._done = self._done, []
+            for key, slot in list(self._slots.items()):
+                if slot.active or slot.own:
+                    slot.retire = slot.active > 0
+                    continue
+                if slot.used:
+                    done.append(slot.profiler)
+                # A thread's slot goes with its data: the thread may be gone.
+                del self._slots[key]
+        total: Any = None
+        for profiler in done:
+            try:
+                stats = pstats.Stats(profiler)
+            except TypeError:  # it saw no call
+                continue
+            if total is None:
+                total = stats
+            else:
+                total.add(stats)
         return None if total is None else marshal.dumps(total.stats)
 
 
@@ -398,11 +496,17 @@ _current: contextvars.ContextVar[Optional[RequestInfo]] = contextvars.ContextVar
 )
 
 
+_labels_type: Any = None
+
+
 def _labels(**pairs: str) -> Any:
     """A samprof.labels block (the module is loaded by then: Profiling)."""
-    from samprof._labels import labels
+    global _labels_type
+    if _labels_type is None:
+        from samprof._labels import labels
 
-    return labels(**pairs)
+        _labels_type = labels
+    return _labels_type(**pairs)
 
 
 def set_route(template: str) -> None:

@@ -251,6 +251,44 @@ def test_cprofile_backend_counts_exactly(tmp_path):
     assert b"leaf" in page and b"exact call counts" in page
 
 
+def test_cprofile_backend_shares_its_profiler_and_loses_no_call():
+    """Requests that overlap in one thread (coroutines on an event loop)
+    share one profiler; a flush while they run takes its calls at their
+    next step, none counted twice or lost."""
+    from samprof._middleware import CProfileBackend, RequestInfo
+
+    def leaf() -> int:
+        return 1
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            leaf()
+
+    def leaf_calls(data: bytes) -> int:
+        return sum(v[1] for key, v in marshal.loads(data).items() if key[2] == "leaf")
+
+    backend = CProfileBackend()
+    a, b = RequestInfo("GET", "/a", False), RequestInfo("GET", "/b", False)
+    backend.begin(a)
+    run(3)
+    backend.begin(b)
+    run(4)
+    assert backend.collect() is None  # both run: their profiler is taken at the next step
+    trigger = RequestInfo("GET", "/t", True)
+    backend.begin(trigger)  # the thread's profiler is taken: served unprofiled
+    assert trigger.state is None and backend.unprofiled == 1
+    backend.end(b)
+    run(5)
+    backend.end(a)
+    run(100)  # between requests: not profiled
+    assert leaf_calls(backend.collect()) == 12
+    assert backend.collect() is None
+    backend.begin(trigger)
+    run(6)
+    assert leaf_calls(backend.end(trigger)) == 6
+    assert leaf_calls(backend.collect()) == 6
+
+
 def server_timing(value: str) -> Dict[str, float]:
     """'total;dur=1.5, cpu;dur=1.0, gc;dur=0.0' as {name: milliseconds}."""
     out = {}
