@@ -94,7 +94,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     )
     parser.add_argument("--profilers", help="comma-separated profiler ids to run (default all)")
     parser.add_argument(
-        "--workloads", help="comma-separated workloads to run (default all; e.g. mixed,idle-100)"
+        "--workloads",
+        help="comma-separated workloads to run (default all; e.g. mixed,idle-100,web-flask)",
     )
     parser.add_argument(
         "--memory-seconds",

@@ -517,7 +517,7 @@ def set_route(template: str) -> None:
     ``request.resolver_match.route``); outside a profiled request it does
     nothing. Starlette and FastAPI routes are found without it."""
     request = _current.get()
-    if request is None or not request.labels:
+    if request is None or not request.labels or request.route == template:
         return
     request.route = template
     block = _labels(route=template)

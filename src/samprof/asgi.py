@@ -261,11 +261,14 @@ class _RoutedScope(dict):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         super().update(*args, **kwargs)
-        if "route" in self and isinstance(getattr(self["route"], "path", None), str):
+        added = dict(*args, **kwargs)
+        path = getattr(added.get("route"), "path", None)
+        if isinstance(path, str):
+            _route_found(path)
             return
-        endpoint = dict(*args, **kwargs).get("endpoint")
-        if endpoint is None:
-            return
+        endpoint = added.get("endpoint")
+        if endpoint is None or isinstance(getattr(self.get("route"), "path", None), str):
+            return  # nothing to find, or named already
         for route in getattr(self.get("app"), "routes", ()):
             if getattr(route, "endpoint", None) is endpoint:
                 _route_found(getattr(route, "path", None))

@@ -375,6 +375,61 @@ def test_server_timing_asgi_counts_each_requests_own_steps():
     assert timing_a["total"] > measured["/a"] + measured["/b"] * 0.5
 
 
+@pytest.mark.parametrize("router", ["setitem", "update", "endpoint"])
+def test_asgi_finds_the_route_however_the_router_names_it(router):
+    """Starlette and FastAPI routers name the route they picked in the
+    scope: scope["route"] = route, scope.update({"route": route, ...}) (the
+    router of FastAPI 0.1xx with Starlette 1.x), or, in older versions,
+    only the endpoint, found among the application's routes."""
+    import asyncio
+    import types
+
+    import samprof.asgi
+    from samprof._middleware import _current
+
+    def endpoint() -> None:
+        pass
+
+    route = types.SimpleNamespace(path="/users/{user_id}", endpoint=endpoint)
+    seen: Dict[str, str] = {}
+    blocks: List[int] = []
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if router == "setitem":  # Starlette: then the endpoint, found again
+            scope["route"] = route
+            scope.update({"endpoint": endpoint, "path_params": {"user_id": 7}})
+        elif router == "update":  # FastAPI: named twice
+            scope["route"] = route
+            scope.update({"route": route, "endpoint": endpoint, "path_params": {"user_id": 7}})
+        else:
+            scope.update({"endpoint": endpoint, "path_params": {"user_id": 7}})
+        seen.update(samprof.current_labels())
+        blocks.append(len(_current.get().labels))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    app.routes = [types.SimpleNamespace(path="/other", endpoint=None), route]  # type: ignore
+    mw = samprof.asgi.ProfilerMiddleware(app, when="always")
+
+    async def request() -> None:
+        async def receive() -> Dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Dict[str, Any]) -> None:
+            pass
+
+        scope = {"type": "http", "method": "GET", "path": "/users/7", "headers": []}
+        scope.update(query_string=b"", app=app)
+        await mw(scope, receive, send)
+
+    try:
+        asyncio.run(request())
+    finally:
+        mw.profiling.shutdown()
+    assert seen["route"] == "/users/{user_id}", seen
+    assert blocks == [2]  # the request's labels, then its route: once
+
+
 def test_profiled_functions_and_blocks(tmp_path):
     import asyncio
 
