@@ -5,8 +5,12 @@
     samprof record [--mode cpu|wall|heap] [--hz N | --rate BYTES [--numpy]]
                    [-o FILE] [--] script.py [args ...]
     samprof record [options] -m module [args ...]
-    samprof top FILE|DIR ... [-n N] [-i TYPE] [--tag KEY=VALUE] [--callers FUNC]
-                [--diff-base FILE|DIR]
+    samprof top FILE|DIR ... [-n N] [-i TYPE] [--cum] [--lines] [--tag KEY=VALUE]
+                [--focus REGEX] [--callers FUNC | --callees FUNC] [--diff-base FILE|DIR]
+    samprof collapsed FILE|DIR ... [-i TYPE] [--lines] [--tag ...] [--focus ...] [-o OUT]
+    samprof speedscope FILE|DIR ... [--by thread|LABEL] [-i TYPE] [-o OUT.json]
+    samprof diff BASE NEW [-n N] [-i TYPE] [--normalize] [--lines]
+    samprof merge FILE|DIR ... -o OUT
     samprof serve [--listen HOST:PORT] [--token-file FILE] [--no-heap]
                   [--] script.py [args ...]
     samprof serve [options] -m module [args ...]
@@ -25,11 +29,14 @@ discovery file, which ``serve --list`` reads.
 
 ``top`` prints the functions that used the most, like ``go tool pprof -top``:
 of one profile, of several merged (files, or every file of a directory), of
-the samples with a label (``--tag``), or of the difference from a base;
-``--callers FUNC`` shows who calls a function instead. cProfile files
+the samples with a label (``--tag``) or through a function (``--focus``), or
+of the difference from a base; ``--callers FUNC`` and ``--callees FUNC``
+show who calls a function and what it calls instead. cProfile files
 (pstats, as the middleware's cProfile backend writes them) are read too,
-with their exact call counts. It needs only the profiles, not samprof's
-compiled core.
+with their exact call counts. ``collapsed`` prints folded stacks
+(flamegraph.pl), ``speedscope`` writes speedscope's JSON, ``diff`` lists
+what grew and shrank, ``merge`` writes several profiles as one. These need
+only the profiles, not samprof's compiled core (samprof._viewcli).
 """
 
 from __future__ import annotations
@@ -46,9 +53,6 @@ import sys
 import types
 import zipfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-
-from samprof import pprof
-from samprof.report import top
 
 __all__ = ["main"]
 
@@ -178,50 +182,9 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
     )
     record.add_argument("-m", dest="module", metavar="module", help="run a library module")
 
-    show = commands.add_parser(
-        "top",
-        help="show the functions that used the most",
-        description="Print the top functions of a profile, like go tool pprof -top.",
-    )
-    show.add_argument(
-        "files",
-        metavar="FILE",
-        nargs="+",
-        help="pprof profiles (gzipped or not) or cProfile ones (pstats, .prof), or "
-        "directories of them; several are merged",
-    )
-    show.add_argument(
-        "-n", type=_positive_int, default=20, help="how many functions to show (default 20)"
-    )
-    show.add_argument(
-        "-i",
-        "--sample-index",
-        "--sample-type",
-        dest="sample_type",
-        metavar="TYPE",
-        help="sample type to report, e.g. cpu, samples, inuse_space or alloc_space "
-        "(default: the profile's default), as go tool pprof -sample_index",
-    )
-    show.add_argument(
-        "--callers",
-        metavar="FUNC",
-        help="who calls FUNC (a function name) instead of the top list: each caller "
-        "with the value (pprof) or the calls and time (cProfile) it brings",
-    )
-    show.add_argument(
-        "--tag",
-        metavar="KEY=VALUE",
-        action="append",
-        help="only the samples labelled KEY=VALUE, e.g. route=/users/{id} (may repeat: "
-        "every key must match, one of a key's values), like go tool pprof -tagfocus",
-    )
-    show.add_argument(
-        "--diff-base",
-        metavar="FILE",
-        action="append",
-        help="show the change from this profile (or directory of them; may repeat), "
-        "as go tool pprof -diff_base does",
-    )
+    from samprof import _viewcli
+
+    _viewcli.add_parsers(commands, _positive_int)
 
     serve = commands.add_parser(
         "serve",
@@ -670,148 +633,6 @@ def _summary(stats: Any) -> str:
     return summary
 
 
-class _CannotLoad(Exception):
-    """A profile that cannot be read; the message says which and why."""
-
-
-def _profile_files(paths: Sequence[str]) -> List[str]:
-    """The files named, with each directory replaced by the files in it
-    (sorted; hidden ones and subdirectories skipped)."""
-    files = []
-    for path in paths:
-        if not os.path.isdir(path):
-            files.append(path)
-            continue
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as e:
-            raise _CannotLoad(f"cannot read {path}: {e.strerror or e}") from None
-        found = [
-            os.path.join(path, name)
-            for name in names
-            if not name.startswith(".") and os.path.isfile(os.path.join(path, name))
-        ]
-        if not found:
-            raise _CannotLoad(f"no profiles in directory {path}")
-        files.extend(found)
-    return files
-
-
-def _is_pstats(data: bytes) -> Optional[Any]:
-    """The data of a pstats file (cProfile's, marshal'ed), or None."""
-    import marshal
-
-    if data[:2] == b"\x1f\x8b":  # gzip: pprof
-        return None
-    try:
-        value = marshal.loads(data)
-    except (EOFError, ValueError, TypeError):
-        return None
-    if isinstance(value, dict) and all(isinstance(k, tuple) and len(k) == 3 for k in value):
-        return value
-    return None
-
-
-def _load_any(paths: Sequence[str]) -> Tuple[Optional[pprof.Profile], Optional[Any]]:
-    """The profiles at ``paths`` (files or directories): the pprof ones
-    merged, and the pstats (cProfile) ones added up; either may be None."""
-    from samprof.report import merge_pstats
-
-    profiles = []
-    stats = []
-    files = _profile_files(paths)
-    for path in files:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise _CannotLoad(f"cannot read {path}: {e.strerror or e}") from None
-        parsed = _is_pstats(data)
-        if parsed is not None:
-            stats.append(parsed)
-            continue
-        try:
-            profiles.append(pprof.read(data))
-        except pprof.PprofError as e:
-            raise _CannotLoad(
-                f"{path} is not a valid pprof profile (nor a cProfile one): {e}"
-            ) from None
-    merged = None
-    if len(profiles) == 1:
-        merged = profiles[0]
-    elif profiles:
-        try:
-            merged = pprof.merge(profiles)
-        except ValueError as e:
-            # The message numbers the profiles; name the files instead.
-            raise _CannotLoad(f"cannot merge {', '.join(files)}: {e}") from None
-    return merged, (merge_pstats(stats) if stats else None)
-
-
-def _load(paths: Sequence[str]) -> pprof.Profile:
-    """The pprof profiles at ``paths`` (files or directories), merged."""
-    profile, stats = _load_any(paths)
-    if profile is None:
-        raise _CannotLoad(f"no pprof profiles in {', '.join(paths)} (only cProfile ones)")
-    return profile
-
-
-def _tags(specs: Sequence[str]) -> Dict[str, List[str]]:
-    """--tag KEY=VALUE options as pprof.filter's labels."""
-    wanted: Dict[str, List[str]] = {}
-    for spec in specs:
-        key, sep, value = spec.partition("=")
-        if not sep or not key:
-            raise _CannotLoad(f"--tag takes KEY=VALUE, got {spec!r}")
-        wanted.setdefault(key, []).append(value)
-    return wanted
-
-
-def _top(opts: argparse.Namespace) -> int:
-    from samprof.report import callers, pstats_callers, pstats_top
-
-    try:
-        profile, stats = _load_any(opts.files)
-        if profile is None and (opts.diff_base or opts.tag or opts.sample_type):
-            option = "--diff-base" if opts.diff_base else "--tag" if opts.tag else "-i"
-            raise _CannotLoad(f"{option} applies to pprof profiles; these are cProfile ones")
-        if profile is not None and opts.diff_base:
-            base = _load(opts.diff_base)
-            try:
-                profile = pprof.diff(profile, base)
-            except ValueError as e:
-                return _error(f"cannot compare with the base: {e}")
-        if profile is not None and opts.tag:
-            profile = pprof.filter(profile, _tags(opts.tag))
-    except _CannotLoad as e:
-        return _error(str(e))
-    parts = []
-    try:
-        if profile is not None:
-            if opts.callers:
-                parts.append(callers(profile, opts.callers, opts.sample_type))
-            else:
-                parts.append(top(profile, n=opts.n, sample_type=opts.sample_type))
-        if stats is not None:
-            if opts.callers:
-                parts.append(pstats_callers(stats, opts.callers))
-            else:
-                parts.append(pstats_top(stats, n=opts.n))
-    except ValueError as e:
-        return _error(str(e))
-    try:
-        sys.stdout.write("\n".join(parts))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # `samprof top FILE | head`: the reader left; say nothing more, and
-        # keep python from complaining when it flushes stdout at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 1
-    return 0
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the samprof command line with ``argv`` (default ``sys.argv[1:]``)
     and return the exit status. Usage errors exit with status 2."""
@@ -826,7 +647,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _record(subparsers["record"], opts, rest)
     if opts.command == "serve":
         return _serve(subparsers["serve"], opts, rest)
-    return _top(opts)
+    from samprof import _viewcli
+
+    return _viewcli.run(opts)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from samprof.pprof import DIFF_BASE_LABEL, Profile
 
@@ -203,6 +203,14 @@ def _output_unit(unit: str, shown: List[Tuple[str, int, int]], total: int) -> st
     return chosen or unit
 
 
+def frame_name(function: str, filename: str, line: int, lines: bool) -> str:
+    """A frame as the text reports name it: the function, or with
+    ``lines`` the function and where in its file (``handler app.py:42``)."""
+    if not lines or not filename:
+        return function
+    return f"{function} {filename}:{line}"
+
+
 def _inline_label(calls: Optional[Set[bool]]) -> str:
     if not calls or True not in calls:
         return ""
@@ -214,6 +222,10 @@ def top(
     n: int = 20,
     sample_type: Union[str, int, None] = None,
     node_fraction: float = 0.005,
+    cum: bool = False,
+    lines: bool = False,
+    of: Optional[Profile] = None,
+    filters: Sequence[str] = (),
 ) -> str:
     """The ``n`` functions with the most flat value, as ``go tool pprof -top``
     prints them.
@@ -225,7 +237,13 @@ def top(
     recurses in it. Functions whose cumulative value is below
     ``node_fraction`` of the total are dropped first, as pprof drops them.
     For a diff (:func:`samprof.pprof.diff`), percentages are of the base's
-    total, as pprof's ``-diff_base`` shows them.
+    total, as pprof's ``-diff_base`` shows them. ``cum`` sorts by
+    cumulative value (``-top -cum``); ``lines`` makes each line of a
+    function a node of its own (``-lines``: ``handler app.py:42``).
+    For a profile cut down from another (``--tag``, ``--focus``), ``of`` is
+    that other: percentages are of its total, as pprof shows them with
+    ``-tagfocus`` and ``-focus``, and ``filters`` name the cuts under
+    "Active filters".
     Raises ValueError for an unknown sample type.
     """
     if n < 1:
@@ -234,7 +252,7 @@ def top(
     unit = profile.sample_types[index].unit
 
     flat: Dict[str, int] = {}
-    cum: Dict[str, int] = {}
+    cums: Dict[str, int] = {}
     # function -> whether its calls from its callers were inlined (True),
     # not (False), or both, as pprof labels a node "(inline)" or
     # "(partial-inline)".
@@ -251,10 +269,10 @@ def top(
         frames = profile.stack_of(sample)
         if not frames:
             continue
-        names = [frame.function for frame in frames]
+        names = [frame_name(f.function, f.filename, f.line, lines) for f in frames]
         flat[names[0]] = flat.get(names[0], 0) + value
         for name in set(names):
-            cum[name] = cum.get(name, 0) + value
+            cums[name] = cums.get(name, 0) + value
         # The call into each frame from the one above it (recursion aside):
         # inlined when the frame is not its location's outermost line.
         inlined = profile.inlined_of(sample)
@@ -262,18 +280,22 @@ def top(
             if names[i] != names[i + 1]:
                 calls_in.setdefault(names[i], set()).add(inlined[i])
 
+    if of is not None:
+        total = sum(abs(sample.values[index]) for sample in of.samples)
     if base_total:
         # A diff (samprof.pprof.diff, pprof -diff_base): shares are of the
         # base's total, as pprof computes them.
         total = base_total
-    nodes = [(name, flat.get(name, 0), cum[name]) for name in cum if cum[name] or flat.get(name)]
+    nodes = [(name, flat.get(name, 0), cums[name]) for name in cums if cums[name] or flat.get(name)]
     # pprof bases the cutoff on the sum of flat values, but prints it as a
     # fraction of the total.
     cutoff = abs(int(sum(f for _name, f, _cum in nodes) * node_fraction))
     kept = [node for node in nodes if abs(node[2]) >= cutoff]
     dropped = len(nodes) - len(kept)
-    # pprof's order: flat (by magnitude), then name, then cum.
-    kept.sort(key=lambda node: (-abs(node[1]), node[0], -abs(node[2])))
+    if cum:  # pprof's -cum order: cum (by magnitude), then name
+        kept.sort(key=lambda node: (-abs(node[2]), node[0]))
+    else:  # pprof's order: flat (by magnitude), then name, then cum.
+        kept.sort(key=lambda node: (-abs(node[1]), node[0], -abs(node[2])))
     shown = kept[:n]
     output_unit = _output_unit(unit, shown, total)
 
@@ -281,26 +303,29 @@ def top(
         return format_value(value, unit, output_unit)
 
     shown_flat = sum(f for _name, f, _cum in shown)
-    lines = _profile_labels(profile, index, total, output_unit)
-    lines.append(
+    out = _profile_labels(profile, index, total, output_unit)
+    if filters:
+        out.append("Active filters:")
+        out.extend(f"   {f}" for f in filters)
+    out.append(
         f"Showing nodes accounting for {fmt(shown_flat)}, "
         f"{format_percent(shown_flat, total).strip()} of {fmt(total)} total"
     )
     if total and dropped:
         noun = "nodes" if dropped > 1 else "node"
-        lines.append(f"Dropped {dropped} {noun} (cum <= {fmt(int(total * node_fraction))})")
+        out.append(f"Dropped {dropped} {noun} (cum <= {fmt(int(total * node_fraction))})")
     if total and len(shown) < len(kept):
-        lines.append(f"Showing top {len(shown)} nodes out of {len(kept)}")
-    lines.append(f"{'flat':>10} {'flat%':>6} {'sum%':>6} {'cum':>10} {'cum%':>6}")
+        out.append(f"Showing top {len(shown)} nodes out of {len(kept)}")
+    out.append(f"{'flat':>10} {'flat%':>6} {'sum%':>6} {'cum':>10} {'cum%':>6}")
     running = 0
     for name, flat_value, cum_value in shown:
         running += flat_value
-        lines.append(
+        out.append(
             f"{fmt(flat_value):>10} {format_percent(flat_value, total)} "
             f"{format_percent(running, total)} {fmt(cum_value):>10} "
             f"{format_percent(cum_value, total)}  {name}{_inline_label(calls_in.get(name))}"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def callers(profile: Profile, function: str, sample_type: Union[str, int, None] = None) -> str:
@@ -309,30 +334,51 @@ def callers(profile: Profile, function: str, sample_type: Union[str, int, None] 
     holds the function, its value goes to the frame that called it (once
     per sample, however deep it recurses). Raises ValueError when no
     sample holds the function."""
+    return _peek(profile, function, sample_type, up=True)
+
+
+def callees(profile: Profile, function: str, sample_type: Union[str, int, None] = None) -> str:
+    """What ``function`` calls, and how much of its cumulative value goes
+    to each: for every sample whose stack holds the function, its value
+    goes to the frame it called, or to ``(self)`` where it is the leaf
+    (once per sample, however deep it recurses). Raises ValueError when no
+    sample holds the function."""
+    return _peek(profile, function, sample_type, up=False)
+
+
+def _peek(profile: Profile, function: str, sample_type: Union[str, int, None], up: bool) -> str:
     index = _select_sample_index(profile, sample_type)
     unit = profile.sample_types[index].unit
-    by_caller: Dict[str, int] = {}
+    by_other: Dict[str, int] = {}
     total = 0
     for sample in profile.samples:
         value = sample.values[index]
         stack = profile.stack_of(sample)  # leaf first
-        callers_here = {
-            stack[i + 1].function if i + 1 < len(stack) else "(root)"
-            for i, frame in enumerate(stack)
-            if frame.function == function
-        }
-        if callers_here:
+        if up:
+            others = {
+                stack[i + 1].function if i + 1 < len(stack) else "(root)"
+                for i, frame in enumerate(stack)
+                if frame.function == function
+            }
+        else:
+            others = {
+                stack[i - 1].function if i > 0 else "(self)"
+                for i, frame in enumerate(stack)
+                if frame.function == function
+            }
+        if others:
             total += value
-        for caller in callers_here - {function}:
-            by_caller[caller] = by_caller.get(caller, 0) + value
-    if not by_caller and total == 0:
+        for other in others - {function}:
+            by_other[other] = by_other.get(other, 0) + value
+    if not by_other and total == 0:
         raise ValueError(f"no sample calls {function!r}")
+    title, column = ("Callers of", "caller") if up else ("Callees of", "callee")
     lines = [
-        f"Callers of {function}: {format_value(total, unit)} in all",
-        f"{'value':>10} {'share':>6}  caller",
+        f"{title} {function}: {format_value(total, unit)} in all",
+        f"{'value':>10} {'share':>6}  {column}",
     ]
-    for caller, value in sorted(by_caller.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"{format_value(value, unit):>10} {format_percent(value, total)}  {caller}")
+    for other, value in sorted(by_other.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"{format_value(value, unit):>10} {format_percent(value, total)}  {other}")
     return "\n".join(lines) + "\n"
 
 

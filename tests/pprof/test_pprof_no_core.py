@@ -78,6 +78,16 @@ def test_profile_tools_work_without_the_compiled_core(tmp_path: Path) -> None:
     theirs = go_pprof_files(files, "-top", "-nodecount=1000", f"-diff_base={base}")
     assert top_table(text) == top_table(theirs)
 
+    # The views need no core either.
+    from samprof.views import collapsed, diff_table
+
+    for key in ("collapsed", "speedscope", "diff", "merge"):
+        assert result[key][0] == 0, result[key]
+    assert result["collapsed"][1] == collapsed(merged)
+    assert result["diff"][1] == diff_table(pprof.read(base.read_bytes()), merged)
+    assert json.loads((out / "s.speedscope.json").read_text())["profiles"]
+    assert pprof.read((out / "cli-merged.pb.gz").read_bytes()) == merged
+
     # The files the child wrote read the same in go tool pprof.
     def go_top(*paths: Path) -> List[List[str]]:
         return top_table(go_pprof_files(paths, "-top", "-nodecount=1000"))

@@ -4,8 +4,9 @@ core, as on a machine that has profiles but no build of samprof's C code.
     python pprof_without_core.py DIRECTORY BASE OUTPUT_DIR
 
 An import hook refuses ``samprof._samprof``. The script reads, merges,
-writes, diffs and prints ``samprof top`` of the profiles in DIRECTORY
-(BASE is the diff's base), writes what it printed and made into
+writes, diffs and prints ``samprof top``, ``collapsed``, ``speedscope``,
+``diff`` and ``merge`` of the profiles in DIRECTORY (BASE is the diff's
+base), writes what it printed and made into
 OUTPUT_DIR, and prints one JSON object: what it found.
 """
 
@@ -65,6 +66,12 @@ def main() -> None:
     result["top_dir"] = _cli(["top", "-n", "1000", directory])
     result["top_files"] = _cli(["top", "-n", "1000", *paths])
     result["top_diff"] = _cli(["top", "-n", "1000", directory, "--diff-base", base_path])
+    result["collapsed"] = _cli(["collapsed", directory])
+    result["speedscope"] = _cli(
+        ["speedscope", directory, "-o", os.path.join(output, "s.speedscope.json")]
+    )
+    result["diff"] = _cli(["diff", base_path, directory])
+    result["merge"] = _cli(["merge", directory, "-o", os.path.join(output, "cli-merged.pb.gz")])
     result["record"] = _cli(["record", "-o", os.path.join(output, "x.pb.gz"), "x.py"])
     try:
         samprof.CPUProfiler(hz=100)
