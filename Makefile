@@ -245,9 +245,11 @@ format: ## Rewrite Python (ruff format) and C (clang-format) in place.
 	fi
 
 .PHONY: deps
-deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format) with apt.
+deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format, Chromium for the flame page tests) with apt.
 	@missing=; \
 	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	command -v $(CLANG_FORMAT) >/dev/null 2>&1 \
 	    || missing="$$missing clang-format"; \
@@ -267,7 +269,8 @@ deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-f
 	    go version; \
 	else \
 	    echo "deps: missing$$missing; install them (tests that read" \
-	         "profiles with go tool pprof fail without Go)" >&2; \
+	         "profiles with go tool pprof fail without Go, the flame page" \
+	         "tests without Chromium)" >&2; \
 	fi
 
 # THE test command (README, .ci/run): every stage CI runs, in order

@@ -147,6 +147,20 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
     )
     output(scope, "the JSON")
 
+    flame = commands.add_parser(
+        "flame",
+        help="write a flame graph page (one HTML file)",
+        description="Write an interactive flame graph of a profile as one self-contained "
+        "HTML file (no network access; it opens from disk): hover for figures, click to "
+        "zoom, search, icicle view, sample-type and label pickers.",
+    )
+    files(flame)
+    selection(flame)
+    flame.add_argument("--title", help="the page's title (default: the files' names)")
+    flame.add_argument(
+        "-o", "--output", metavar="FILE", required=True, help="the page, e.g. flame.html"
+    )
+
     diff = commands.add_parser(
         "diff",
         help="show what grew and shrank between two profiles",
@@ -162,6 +176,12 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
     sample_type(diff)
     selection(diff)
     lines(diff)
+    diff.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a differential flame graph page to FILE: the new profile's "
+        "frames, red where they grew, blue where they shrank",
+    )
     diff.add_argument(
         "--normalize",
         action="store_true",
@@ -179,7 +199,7 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
     merge.add_argument("-o", "--output", metavar="FILE", required=True, help="the merged file")
 
 
-COMMANDS = ("top", "collapsed", "speedscope", "diff", "merge")
+COMMANDS = ("top", "collapsed", "speedscope", "flame", "diff", "merge")
 
 
 def run(opts: argparse.Namespace) -> int:
@@ -188,6 +208,7 @@ def run(opts: argparse.Namespace) -> int:
         "top": _top,
         "collapsed": _collapsed,
         "speedscope": _speedscope,
+        "flame": _flame,
         "diff": _diff,
         "merge": _merge,
     }[opts.command]
@@ -577,8 +598,16 @@ def _speedscope(opts: argparse.Namespace) -> int:
     return _write(opts.output, json.dumps(doc, separators=(",", ":")).encode())
 
 
+def _flame(opts: argparse.Namespace) -> int:
+    from samprof.views import flame_html
+
+    profile = _select(load_any(opts.files, pstats_too=False)[0], opts)  # type: ignore[arg-type]
+    title = opts.title or ", ".join(os.path.basename(os.path.normpath(f)) for f in opts.files)
+    return _write(opts.output, flame_html(profile, title).encode())
+
+
 def _diff(opts: argparse.Namespace) -> int:
-    from samprof.views import diff_table
+    from samprof.views import diff_table, flame_html
 
     base = _select(load_any([opts.base], pstats_too=False)[0], opts)  # type: ignore[arg-type]
     new = _select(load_any([opts.new], pstats_too=False)[0], opts)  # type: ignore[arg-type]
@@ -588,7 +617,20 @@ def _diff(opts: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise CannotLoad(str(e)) from None
+    if opts.html:
+        if opts.normalize:
+            factor = _total(base, opts.sample_type) / (_total(new, opts.sample_type) or 1)
+            new = pprof.scale(new, factor)
+        title = f"{os.path.basename(opts.new)} against {os.path.basename(opts.base)}"
+        _write(opts.html, flame_html(new, title, base=base).encode())
     return _emit(text)
+
+
+def _total(profile: pprof.Profile, sample_type: Optional[str]) -> int:
+    from samprof.report import _select_sample_index
+
+    index = _select_sample_index(profile, sample_type)
+    return sum(sample.values[index] for sample in profile.samples)
 
 
 def _merge(opts: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@
 - :func:`speedscope`: speedscope's own JSON file format, one sampled
   profile per thread or label value if asked;
 - :func:`diff_table`: what grew and shrank between two profiles, by
-  function, as text.
+  function, as text;
+- :func:`flame_html`: a flame graph page, one self-contained HTML file, of
+  one profile or of the difference between two.
 
 Like :mod:`samprof.pprof`, nothing here needs samprof's compiled core::
 
@@ -24,7 +26,7 @@ from samprof.pprof import DIFF_BASE_LABEL, Profile
 from samprof.pprof.ops import _with_samples
 from samprof.report import _select_sample_index, format_percent, format_value, frame_name
 
-__all__ = ["collapsed", "diff_table", "focus", "speedscope"]
+__all__ = ["collapsed", "diff_table", "flame_html", "focus", "speedscope"]
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 # pprof units speedscope knows by name; any other is shown as a plain number.
@@ -303,3 +305,115 @@ def _signed_percent(value: int, total: int) -> str:
         return ""
     text = format_percent(value, total).strip()
     return ("+" if value > 0 else "-" if value < 0 else "") + text
+
+
+# A label key with more values than this is left out of the page's picker
+# (ids, timestamps): the picker would be unusable and the page heavy.
+_MAX_LABEL_VALUES = 200
+
+
+def _flame_rows(
+    profile: Profile,
+    frame_ids: Dict[Tuple[str, str], int],
+    frames: List[List[Any]],
+    trie: Dict[Tuple[int, int], int],
+    parents: List[int],
+    node_frames: List[int],
+    label_ids: Dict[str, int],
+    set_ids: Dict[Tuple[int, ...], int],
+) -> List[List[int]]:
+    """The profile's samples as the page takes them: [node, label set id,
+    value of each sample type], where node is the stack's last node in the
+    call tree (``trie``: (parent node, frame) -> node, node 0 the root,
+    each node after its parent), equal (node, labels) rows added up."""
+    rows: Dict[Tuple[int, int], List[int]] = {}
+    for sample in profile.samples:
+        node = 0
+        for frame in reversed(profile.stack_of(sample)):
+            key = (frame.function, frame.filename)
+            f = frame_ids.get(key)
+            if f is None:
+                f = frame_ids[key] = len(frames)
+                frames.append([frame.function, frame.filename, frame.line])
+            child = trie.get((node, f))
+            if child is None:
+                child = trie[(node, f)] = len(parents)
+                parents.append(node)
+                node_frames.append(f)
+            node = child
+        kvs = tuple(
+            sorted(
+                label_ids[f"{label.key}={label.value}"]
+                for label in sample.labels
+                if f"{label.key}={label.value}" in label_ids
+            )
+        )
+        ls = set_ids.setdefault(kvs, len(set_ids))
+        row = rows.get((node, ls))
+        if row is None:
+            rows[(node, ls)] = [node, ls, *sample.values]
+        else:
+            for k, value in enumerate(sample.values):
+                row[2 + k] += value
+    return list(rows.values())
+
+
+def flame_html(profile: Profile, title: str = "profile", base: Optional[Profile] = None) -> str:
+    """A flame graph page of ``profile``: one self-contained HTML file (no
+    network access; it opens from disk), with hover details, click to
+    zoom, search, an icicle view, a sample-type picker and a label filter.
+
+    With ``base``, a differential flame graph: frames as wide as in
+    ``profile``, red where they grew from ``base``, blue where they shrank.
+    Raises ValueError if ``base`` has other sample types.
+    """
+    import html
+    import json
+    from importlib import resources
+
+    if base is not None and [str(t) for t in base.sample_types] != [
+        str(t) for t in profile.sample_types
+    ]:
+        raise ValueError("the profiles have different sample types")
+    sources = [profile] + ([base] if base is not None else [])
+    values: Dict[str, set] = {}
+    for source in sources:
+        for sample in source.samples:
+            for label in sample.labels:
+                if label.key != DIFF_BASE_LABEL.key:
+                    values.setdefault(label.key, set()).add(label.value)
+    label_values = sorted(
+        f"{key}={value}"
+        for key, vals in values.items()
+        if len(vals) <= _MAX_LABEL_VALUES
+        for value in vals
+    )
+    label_ids = {kv: i for i, kv in enumerate(label_values)}
+    frame_ids: Dict[Tuple[str, str], int] = {}
+    frames: List[List[Any]] = []
+    trie: Dict[Tuple[int, int], int] = {}
+    parents, node_frames = [-1], [-1]  # node 0: the root
+    set_ids: Dict[Tuple[int, ...], int] = {}
+    tables = (frame_ids, frames, trie, parents, node_frames, label_ids, set_ids)
+    samples = _flame_rows(profile, *tables)
+    base_samples = None
+    if base is not None:
+        base_samples = _flame_rows(base, *tables)
+    data = {
+        "title": title,
+        "types": [[t.type, t.unit] for t in profile.sample_types],
+        "defaultType": profile.default_sample_index() if profile.sample_types else 0,
+        "frames": frames,
+        "parents": parents,
+        "nodeFrames": node_frames,
+        "labelValues": label_values,
+        "labelSets": [list(kvs) for kvs in set_ids],
+        "samples": samples,
+        "baseSamples": base_samples,
+    }
+    # Inside <script>, "</" would end the element early.
+    text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    page = resources.files("samprof").joinpath("_flame.html").read_text(encoding="utf-8")
+    head, rest = page.split("__TITLE__", 1)
+    middle, tail = rest.split("__DATA__", 1)
+    return head + html.escape(title) + middle + text + tail
