@@ -42,13 +42,38 @@ class Cell:
     pairs: List[Tuple[Dict[str, Any], Dict[str, Any]]] = field(default_factory=list)
 
 
-class Runner:
-    """Runs measurement subprocesses with one interpreter.
+class Processes:
+    """What starts measurement processes needs: the interpreter
+    (``python``, the benchmark environment's), the repository, a scratch
+    folder (``workdir``), and the environment they run in (``clean_env``:
+    without PYTHONPATH, so that the installed samprof is the one imported;
+    hash seed fixed)."""
 
-    ``python`` is the interpreter (the benchmark environment's), ``workdir``
-    a scratch folder, ``scale`` the workload size, ``clean_env`` whether to
-    drop PYTHONPATH (so that the installed samprof is the one imported).
-    """
+    def __init__(
+        self,
+        python: str,
+        repo: str,
+        workdir: str,
+        clean_env: bool,
+        log: Callable[[str], None],
+        keep: bool = False,
+    ) -> None:
+        self.python = python
+        self.repo = repo
+        self.workdir = workdir
+        self.log = log
+        self.keep = keep
+        self.counter = 0
+        env = dict(os.environ)
+        if clean_env:
+            env.pop("PYTHONPATH", None)
+        env["PYTHONHASHSEED"] = "0"
+        self.env = env
+        os.makedirs(workdir, exist_ok=True)
+
+
+class Runner(Processes):
+    """Runs measurement subprocesses of the workloads at ``scale``."""
 
     def __init__(
         self,
@@ -60,19 +85,8 @@ class Runner:
         log: Callable[[str], None],
         keep: bool = False,
     ) -> None:
-        self.python = python
-        self.repo = repo
-        self.workdir = workdir
+        super().__init__(python, repo, workdir, clean_env, log, keep)
         self.scale = scale
-        self.log = log
-        self.keep = keep
-        self.counter = 0
-        env = dict(os.environ)
-        if clean_env:
-            env.pop("PYTHONPATH", None)
-        env["PYTHONHASHSEED"] = "0"
-        self.env = env
-        os.makedirs(workdir, exist_ok=True)
 
     # ----------------------------------------------------------------------
 

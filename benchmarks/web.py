@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from benchmarks.runner import Processes
+
 ITEMS = 60  # rows on each page: about 1 ms of CPU in the handler here
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -150,8 +152,8 @@ def get(port: int, path: str) -> Tuple[int, bytes]:
         conn.close()
 
 
-class WebRunner:
-    """Starts servers and loads them; one instance per benchmark run."""
+class WebRunner(Processes):
+    """Starts servers and loads each with ``requests`` requests."""
 
     def __init__(
         self,
@@ -163,19 +165,8 @@ class WebRunner:
         log: Callable[[str], None],
         keep: bool = False,
     ) -> None:
-        self.python = python
-        self.repo = repo
-        self.workdir = workdir
+        super().__init__(python, repo, workdir, clean_env, log, keep)
         self.requests = requests
-        self.log = log
-        self.keep = keep
-        self.counter = 0
-        env = dict(os.environ)
-        if clean_env:
-            env.pop("PYTHONPATH", None)
-        env["PYTHONHASHSEED"] = "0"
-        self.env = env
-        os.makedirs(workdir, exist_ok=True)
 
     def run(self, app: str, variant_id: str) -> Dict[str, Any]:
         """One server, loaded; always returns a dict, with ``error`` set if
