@@ -10,6 +10,8 @@ how they were taken. Modules:
 - ``profilers``: the profilers compared and how each runs a workload;
 - ``child``: one measurement, in a fresh subprocess;
 - ``runner``: runs the subprocesses and pairs profiled with unprofiled runs;
+- ``web``, ``webapps``: the web middleware's cost per request, on small
+  applications under real servers;
 - ``environment``: the benchmark virtual environment and the peers in it;
 - ``report``: figures, docs/benchmarks.md and the plot.
 """
