@@ -14,7 +14,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, Optional, Type, TypeVar
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from samprof import _core
 
@@ -276,6 +276,29 @@ class _Profiler(_Lifecycle):
         self.stats = ProfileStats._from_core(stats)
         self.result = gzip.compress(raw, compresslevel=6, mtime=0)
         return self.result
+
+    def cut(self) -> bytes:
+        """Return the profile since start (or the last cut) as gzipped
+        pprof and go on sampling into an empty one, as a continuous
+        profiler sends one part per interval.
+
+        No sample is lost or counted twice between parts, and each part's
+        ``time_nanos`` is the previous one's plus its ``duration_nanos``.
+        ``stats`` describes the part. The cut itself runs with the GIL held
+        and takes about as long as encoding the part.
+        """
+        raw, _ = self._cut()
+        return gzip.compress(raw, compresslevel=6, mtime=0)
+
+    def _cut(self, cpu_part: bool = False, thread_labels: bool = True) -> Tuple[bytes, bytes]:
+        """cut(), uncompressed; with cpu_part (wall), also the part's
+        on-CPU samples as a CPU profile (else b"")."""
+        with _slot.lock:
+            if not self._running:
+                raise ProfilerError("cut() called on a profiler that is not running")
+            raw, stats, *cpu = _core.cut(cpu_part, thread_labels)
+        self.stats = ProfileStats._from_core(stats)
+        return raw, cpu[0] if cpu else b""
 
     def profile(self, seconds: float) -> bytes:
         """Profile the whole process for ``seconds`` and return gzipped pprof.

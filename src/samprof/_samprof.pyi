@@ -24,6 +24,10 @@ def start(
 def stop() -> Tuple[bytes, Dict[str, Any]]:
     """Stop; return (uncompressed pprof bytes, stats dict)."""
 
+def cut(cpu_part: bool = ..., thread_labels: bool = ...) -> Tuple[Any, ...]:
+    """(uncompressed pprof bytes, stats dict[, on-CPU part's bytes]) since
+    start or the last cut; sampling goes on."""
+
 def is_running() -> bool: ...
 def register_labelset(pairs: Tuple[Tuple[str, str], ...]) -> int: ...
 def set_thread_labels(labelset_id: int) -> int:

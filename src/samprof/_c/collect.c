@@ -91,6 +91,15 @@ collect_free(collect_session_t *s)
     memset(s, 0, sizeof(*s));
 }
 
+void
+collect_clear(collect_session_t *s)
+{
+    profile_clear_samples(&s->profile);
+    s->truncated = 0;
+    s->unknown_frames = 0;
+    s->lost = 0;
+}
+
 uint64_t
 collect_lost(const collect_session_t *s)
 {

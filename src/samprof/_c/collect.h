@@ -60,6 +60,11 @@ int collect_init(collect_session_t *s, size_t n_values, uint32_t max_depth,
  * watching code objects. Nothing for a session that is not live. GIL. */
 void collect_free(collect_session_t *s);
 
+/* Empties the session's profile of samples, thread names and the counts
+ * of truncated, unknown and lost samples, for the next part of a profile
+ * that goes on (cut). Symbol caches and interned names stay. GIL. */
+void collect_clear(collect_session_t *s);
+
 /* Turns captured frames (leaf first) and RING_* flags into location ids in
  * out, which has room for max_depth + 8 ids. Returns how many. GIL. */
 uint32_t collect_stack(collect_session_t *s, const ring_frame_t *frames,

@@ -46,9 +46,17 @@ typedef struct {
                              mode's on-CPU part where perf exists), and
                              with it the collector thread */
     sampler_config_t cfg; /* GIL */
+    /* Where the current part of the profile began: at start, then at each
+     * cut. Its wall-clock start is the previous part's start plus its
+     * monotonic duration, so the parts' times follow each other exactly. */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
     int64_t start_cpu_ns; /* process CPU time at start */
+    /* The counters as they stood at the last cut (zero before any): the
+     * sampler's and the wall sampler's count from start, a part's stats
+     * and dropped samples are what they counted since. */
+    stats_t base;
+    uint64_t base_dropped_periods[SAMPLER_DROP_COUNT];
 
     /* The running CPU or wall profile's session. The one slot for time
      * profiles: CPU and wall exclusive with each other (the signal and the
@@ -202,6 +210,8 @@ module_start(PyObject *self, PyObject *args)
     M.start_realtime_ns = clock_ns(CLOCK_REALTIME);
     M.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
     M.start_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    memset(&M.base, 0, sizeof(M.base));
+    memset(M.base_dropped_periods, 0, sizeof(M.base_dropped_periods));
     collect_set_wall_mode(&M.session, wall);
 
     M.sampling = 1;
@@ -267,10 +277,6 @@ module_common_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
             st->signals += atomic_load(&c->signals[i]);
         }
     }
-    st->stack_table_full = p->overflowed;
-    st->out_of_memory = collect_lost(&M.session);
-    st->unknown_frames = collect_unknown_frames(&M.session);
-    st->truncated = collect_truncated(&M.session);
     st->duration_ns = duration_ns;
     st->cpu_ns = cpu_ns;
     st->profile_bytes = profile_bytes(p);
@@ -332,11 +338,106 @@ module_wall_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
     st->ticks = w.ticks;
 }
 
-/* Encodes the finished profile; returns (bytes, stats dict) or NULL with
- * an exception set. GIL. */
-static PyObject *
-module_encode_result(const stats_t *st)
+/* The part's counters: what counted from start (total) less what had
+ * counted at the last cut. */
+static void
+module_part_stats(stats_t *st, const stats_t *total)
 {
+    *st = *total;
+    st->samples -= M.base.samples;
+    st->signals -= M.base.signals;
+    st->buffer_full -= M.base.buffer_full;
+    st->torn -= M.base.torn;
+    st->foreign_signals -= M.base.foreign_signals;
+    st->walks -= M.base.walks;
+    st->late_ticks -= M.base.late_ticks;
+    st->gc_samples -= M.base.gc_samples;
+    st->ticks -= M.base.ticks;
+    double secs = (double)(st->cpu ? st->cpu_ns : st->duration_ns) / 1e9;
+    double events = (double)(st->cpu ? st->signals : st->ticks);
+    st->effective_hz = secs > 0 ? events / secs : 0.0;
+}
+
+/* Samples the signal handlers dropped in this part, as pseudo-frames. */
+static void
+module_add_dropped(const stats_t *part)
+{
+    static const char *what[SAMPLER_DROP_COUNT] = {
+        [SAMPLER_DROP_RING_FULL] = "<samprof: dropped, buffer full>",
+        [SAMPLER_DROP_TORN] = "<samprof: dropped, torn stack>",
+    };
+    const uint64_t count[SAMPLER_DROP_COUNT] = {
+        [SAMPLER_DROP_RING_FULL] = part->buffer_full,
+        [SAMPLER_DROP_TORN] = part->torn,
+    };
+    const sampler_counters_t *c = sampler_counters();
+    for (int r = 0; r < SAMPLER_DROP_COUNT; r++) {
+        uint64_t periods = atomic_load(&c->dropped_periods[r]);
+        collect_add_dropped(&M.session, what[r], count[r],
+                            periods - M.base_dropped_periods[r]);
+        M.base_dropped_periods[r] = periods;
+    }
+}
+
+/* Ends the current part of the profile (all of it at stop, what came since
+ * the last cut otherwise): moves the ring's samples in, adds what was
+ * dropped, encodes it into buf, and with clear empties the session for the
+ * next part. Nothing between the last drain and the clear runs Python code
+ * or releases the GIL, so no sample falls between two parts. Fills the
+ * part's stats. Returns 0, or -1 with an exception set. GIL. */
+/* A wall profile's on-CPU samples: its thread_state label says so. */
+typedef struct {
+    uint32_t key, on_cpu; /* string ids */
+} module_state_filter_t;
+
+static int
+module_keep_on_cpu(const profile_sample_t *s, const void *arg)
+{
+    const module_state_filter_t *f = arg;
+    return s->extra.key == f->key && s->extra.str == f->on_cpu;
+}
+
+/* What a part is encoded as: with thread_labels, samples carry their
+ * thread's name and id; with cpu_buf (wall mode), the on-CPU samples are
+ * also encoded into it as a CPU profile. */
+typedef struct {
+    int final;         /* the profile stops: wait for handlers' samples */
+    int clear;         /* empty the session afterwards: the profile goes on */
+    int thread_labels; /* samples carry thread_name and thread_id */
+    pb_buf_t *cpu_buf; /* NULL, or where the on-CPU part goes (wall) */
+} module_part_t;
+
+static int
+module_end_part(stats_t *st, const module_part_t *how, pb_buf_t *buf)
+{
+    int final = how->final;
+    if (M.sampling) {
+        collect_drain(&M.session, sampler_ring(), final);
+    }
+    /* May run Python code: the samplers may add samples meanwhile. */
+    collect_resolve_thread_names(&M.session);
+    int64_t now_monotonic = clock_ns(CLOCK_MONOTONIC);
+    int64_t now_cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    int64_t duration = now_monotonic - M.start_monotonic_ns;
+    int64_t cpu = now_cpu - M.start_cpu_ns;
+    stats_t total = {0};
+    if (M.mode == MODULE_WALL) {
+        module_wall_stats(&total, duration, cpu);
+    }
+    else {
+        module_cpu_stats(&total, duration, cpu);
+    }
+    module_part_stats(st, &total);
+    if (M.sampling) {
+        collect_drain(&M.session, sampler_ring(), final);
+        module_add_dropped(st);
+    }
+    /* Counted now that the part's own samples are in. */
+    st->stack_table_full = M.session.profile.overflowed;
+    st->out_of_memory = collect_lost(&M.session);
+    st->unknown_frames = collect_unknown_frames(&M.session);
+    st->truncated = collect_truncated(&M.session);
+
     char comment_text[3][STATS_COMMENT_SIZE];
     stats_comments(st, comment_text);
     const char *comments[] = {comment_text[0], comment_text[1],
@@ -344,24 +445,64 @@ module_encode_result(const stats_t *st)
     pprof_meta_t meta =
         module_time_meta(M.mode == MODULE_CPU, (int64_t)M.cfg.period_ns);
     meta.time_nanos = M.start_realtime_ns;
-    meta.duration_nanos = st->duration_ns;
+    meta.duration_nanos = duration;
     meta.comments = comments;
     meta.n_comments = 3;
-    pb_buf_t buf;
-    pb_init(&buf);
-    PyObject *result = NULL;
-    if (collect_encode(&M.session, &meta, &buf) == 0) {
-        PyObject *bytes = PyBytes_FromStringAndSize((const char *)buf.data,
-                                                    (Py_ssize_t)buf.len);
-        PyObject *dict = bytes != NULL ? stats_to_dict(st) : NULL;
-        if (dict != NULL) {
-            result = Py_BuildValue("(NN)", bytes, dict);
-        }
-        else {
-            Py_XDECREF(bytes);
+    meta.no_thread_labels = !how->thread_labels;
+    int rc = collect_encode(&M.session, &meta, buf);
+    if (rc == 0 && how->cpu_buf != NULL) {
+        module_state_filter_t on_cpu = {M.session.k_thread_state,
+                                        collect_state_string(&M.session, 1)};
+        pprof_meta_t cpu = module_time_meta(1, (int64_t)M.cfg.period_ns);
+        cpu.time_nanos = meta.time_nanos;
+        cpu.duration_nanos = duration;
+        cpu.comments = comments;
+        cpu.n_comments = 3;
+        cpu.no_thread_labels = meta.no_thread_labels;
+        cpu.keep = module_keep_on_cpu;
+        cpu.keep_arg = &on_cpu;
+        rc = collect_encode(&M.session, &cpu, how->cpu_buf);
+    }
+    if (how->clear) {
+        collect_clear(&M.session);
+        if (M.mode == MODULE_WALL) {
+            wall_new_part();
         }
     }
-    pb_free(&buf);
+    M.base = total;
+    M.start_realtime_ns += duration;
+    M.start_monotonic_ns = now_monotonic;
+    M.start_cpu_ns = now_cpu;
+    return rc;
+}
+
+static PyObject *
+module_buf_bytes(const pb_buf_t *buf)
+{
+    return PyBytes_FromStringAndSize((const char *)buf->data,
+                                     (Py_ssize_t)buf->len);
+}
+
+/* (bytes, stats dict), and the on-CPU part's bytes if there is cpu_buf, of
+ * a part that module_end_part encoded, or NULL with an exception set.
+ * Frees the buffers. GIL. */
+static PyObject *
+module_part_result(int rc, const stats_t *st, pb_buf_t *buf, pb_buf_t *cpu_buf)
+{
+    PyObject *result = NULL;
+    if (rc == 0) {
+        PyObject *dict = stats_to_dict(st);
+        if (dict != NULL) {
+            result = cpu_buf != NULL
+                         ? Py_BuildValue("(NNN)", module_buf_bytes(buf), dict,
+                                         module_buf_bytes(cpu_buf))
+                         : Py_BuildValue("(NN)", module_buf_bytes(buf), dict);
+        }
+    }
+    pb_free(buf);
+    if (cpu_buf != NULL) {
+        pb_free(cpu_buf);
+    }
     return result;
 }
 
@@ -374,7 +515,6 @@ module_stop(PyObject *self, PyObject *noargs)
         PyErr_SetString(sampler_error, "no profile is running");
         return NULL;
     }
-    int64_t duration, cpu;
     if (M.mode == MODULE_WALL) {
         wall_stop();
     }
@@ -382,37 +522,49 @@ module_stop(PyObject *self, PyObject *noargs)
         collector_stop();
         sampler_stop();
     }
-    duration = clock_ns(CLOCK_MONOTONIC) - M.start_monotonic_ns;
-    cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - M.start_cpu_ns;
+    stats_t st;
+    pb_buf_t buf;
+    pb_init(&buf);
+    module_part_t how = {.final = 1, .thread_labels = 1};
+    int rc = module_end_part(&st, &how, &buf);
     if (M.sampling) {
-        collect_drain(&M.session, sampler_ring(), 1);
         collect_set_ring(&M.session, NULL);
-        const sampler_counters_t *c = sampler_counters();
-        collect_add_dropped(
-            &M.session, "<samprof: dropped, buffer full>",
-            atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]),
-            atomic_load(&c->dropped_periods[SAMPLER_DROP_RING_FULL]));
-        collect_add_dropped(
-            &M.session, "<samprof: dropped, torn stack>",
-            atomic_load(&c->dropped[SAMPLER_DROP_TORN]),
-            atomic_load(&c->dropped_periods[SAMPLER_DROP_TORN]));
     }
-    collect_resolve_thread_names(&M.session);
-    stats_t st = {0};
-    if (M.mode == MODULE_WALL) {
-        module_wall_stats(&st, duration, cpu);
-    }
-    else {
-        module_cpu_stats(&st, duration, cpu);
-    }
-    PyObject *result = module_encode_result(&st);
     M.running = 0;
     if (M.sampling) {
         sampler_release();
     }
     collect_set_wall_mode(&M.session, 0);
     collect_free(&M.session);
-    return result;
+    return module_part_result(rc, &st, &buf, NULL);
+}
+
+static PyObject *
+module_cut(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int cpu_part = 0, thread_labels = 1;
+    if (!PyArg_ParseTuple(args, "|pp:cut", &cpu_part, &thread_labels)) {
+        return NULL;
+    }
+    if (!M.running) {
+        PyErr_SetString(sampler_error, "no profile is running");
+        return NULL;
+    }
+    if (cpu_part && M.mode != MODULE_WALL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cpu_part: only a wall profile has an on-CPU part");
+        return NULL;
+    }
+    stats_t st;
+    pb_buf_t buf, cpu_buf;
+    pb_init(&buf);
+    pb_init(&cpu_buf);
+    module_part_t how = {.clear = 1,
+                         .thread_labels = thread_labels,
+                         .cpu_buf = cpu_part ? &cpu_buf : NULL};
+    int rc = module_end_part(&st, &how, &buf);
+    return module_part_result(rc, &st, &buf, how.cpu_buf);
 }
 
 static PyObject *
@@ -749,6 +901,12 @@ static PyMethodDef module_methods[] = {
      "Start sampling. Use samprof.CPUProfiler or WallProfiler instead."},
     {"stop", module_stop, METH_NOARGS,
      "stop()\n--\n\nStop sampling; return (pprof bytes, stats dict)."},
+    {"cut", module_cut, METH_VARARGS,
+     "cut(cpu_part=False, thread_labels=True)\n--\n\n"
+     "Return (pprof bytes, stats dict) of the running profile since its\n"
+     "start or the last cut, and go on sampling into an empty one. With\n"
+     "cpu_part (wall mode), a third item: the on-CPU samples as a CPU\n"
+     "profile. thread_labels=False leaves out thread_name and thread_id."},
     {"is_running", module_is_running, METH_NOARGS,
      "is_running()\n--\n\nTrue while a profile is running."},
     {"register_labelset", module_register_labelset, METH_O,

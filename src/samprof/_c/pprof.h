@@ -31,6 +31,13 @@ typedef struct {
      * written as they are. */
     void (*values)(const profile_sample_t *s, int64_t *out, const void *arg);
     const void *values_arg;
+    /* Whether a sample is written (keep_arg is passed through). NULL:
+     * every sample is. */
+    int (*keep)(const profile_sample_t *s, const void *arg);
+    const void *keep_arg;
+    /* Leave out the thread_name and thread_id labels every sample carries
+     * otherwise (a fleet backend would make a series of each thread). */
+    int no_thread_labels;
 } pprof_meta_t;
 
 /* Appends the Profile message for p to out. Interns the few strings it

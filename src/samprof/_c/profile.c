@@ -240,6 +240,17 @@ profile_adjust(profile_t *p, size_t index, const int64_t *deltas)
     }
 }
 
+void
+profile_clear_samples(profile_t *p)
+{
+    p->n_samples = 0;
+    p->n_stack_ids = 0;
+    p->overflowed = 0;
+    htab_clear(&p->samples_index);
+    p->n_threads = 0;
+    htab_clear(&p->threads_index);
+}
+
 profile_thread_t *
 profile_thread(profile_t *p, int32_t tid)
 {

@@ -140,6 +140,12 @@ int profile_add(profile_t *p, const uint32_t *stack, uint32_t depth,
  * not return is ignored. This function can't fail. */
 void profile_adjust(profile_t *p, size_t index, const int64_t *deltas);
 
+/* Empties the samples and the thread records, keeping every interned
+ * string, function, location and label set (their ids stay valid for
+ * whoever cached them): the profile starts a new part. This function
+ * can't fail. */
+void profile_clear_samples(profile_t *p);
+
 /* The thread record for tid, created on first use; NULL when out of
  * memory. */
 profile_thread_t *profile_thread(profile_t *p, int32_t tid);

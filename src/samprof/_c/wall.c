@@ -597,6 +597,15 @@ wall_get_stats(wall_stats_t *out)
 }
 
 void
+wall_new_part(void)
+{
+    for (size_t i = 0; i < W.n_threads; i++) {
+        W.threads[i].named = 0;
+        W.threads[i].identify_tries = 0;
+    }
+}
+
+void
 wall_after_fork_child(void)
 {
     /* Abandon (do not free) the parent's state; the lock may be held. */

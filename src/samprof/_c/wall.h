@@ -49,6 +49,11 @@ void wall_gc_end(void);
 
 void wall_get_stats(wall_stats_t *out);
 
+/* The session was emptied for a new part (collect_clear) and lost its
+ * thread names: every thread is looked up again at its next tick, so one
+ * that ends before the part does keeps its name. GIL. */
+void wall_new_part(void);
+
 /* After fork() in the child: the sampler thread does not exist there. */
 void wall_after_fork_child(void);
 
