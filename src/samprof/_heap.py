@@ -7,7 +7,7 @@ import importlib
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from samprof import _core
 from samprof._profiler import (
@@ -214,6 +214,18 @@ class HeapProfiler(_Lifecycle):
             raw, stats = _core.heap_snapshot(allocs)
         self.stats = HeapStats._from_core(stats)
         return gzip.compress(raw, compresslevel=6, mtime=0)
+
+    def _delta(self) -> Tuple[bytes, int, int]:
+        """What the continuous agent sends: the allocations since the last
+        _delta() (since start for the first) and what is in use now,
+        uncompressed, without thread labels; with the span's time_nanos
+        and duration_nanos, which follow the last one's exactly."""
+        with _slot.lock:
+            if not self._running:
+                raise ProfilerError("the heap profile is not running")
+            raw, stats = _core.heap_snapshot(False, True, False)
+        self.stats = HeapStats._from_core(stats)
+        return raw, stats["time_ns"], stats["duration_ns"]
 
     def stop(self, kind: str = "heap") -> bytes:
         """Remove the hooks; return the final profile as gzipped pprof."""

@@ -483,7 +483,8 @@ class _Files:
                 self._pid, self._seq = os.getpid(), 0
             seq, self._seq = self._seq, self._seq + 1
         path = os.path.join(self.directory, f"{self.name}.{self._pid}.{seq}{self.suffix}")
-        partial = f"{path}.tmp"
+        # Hidden until whole: readers of the directory skip it.
+        partial = os.path.join(self.directory, f".{os.path.basename(path)}.tmp")
         with open(partial, "wb") as f:
             f.write(data)
         os.replace(partial, path)
@@ -796,24 +797,43 @@ class Profiling:
         self._write(self.backend.close())
 
 
-def _chain_sigterm(profiling: Profiling) -> None:
-    """A process that SIGTERM would kill outright (its default action) gets
-    its last profile written first; a program or server with a SIGTERM
-    handler of its own (gunicorn's workers) exits through atexit anyway."""
+# What runs before a SIGTERM ends the process (on_sigterm).
+_sigterm_callbacks: List[Callable[[], None]] = []
+
+
+def on_sigterm(callback: Callable[[], None]) -> None:
+    """Run callback (it writes or sends a last profile) before SIGTERM ends
+    the process, if SIGTERM would kill it outright (its default action);
+    then the process dies of the signal as it would have. A program or
+    server with a SIGTERM handler of its own (gunicorn's workers) exits
+    through atexit anyway, and is left alone. Called in the main thread
+    only (elsewhere, nothing is installed)."""
     if threading.current_thread() is not threading.main_thread():
         return
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
+        current = signal.getsignal(signal.SIGTERM)
     except ValueError:
         return
+    if current is _sigterm:
+        _sigterm_callbacks.append(callback)
+    elif current is signal.SIG_DFL:
+        _sigterm_callbacks.append(callback)
+        signal.signal(signal.SIGTERM, _sigterm)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        profiling._at_exit(os.getpid())
-        os.kill(os.getpid(), signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+def _sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for callback in list(_sigterm_callbacks):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - the process must still end
+            pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _chain_sigterm(profiling: Profiling) -> None:
+    """The files of profiling are written before SIGTERM ends the process."""
+    on_sigterm(lambda: profiling._at_exit(os.getpid()))
 
 
 def profile_response(data: bytes, accept: str, suffix: str) -> tuple:

@@ -287,18 +287,21 @@ class _Profiler(_Lifecycle):
         ``stats`` describes the part. The cut itself runs with the GIL held
         and takes about as long as encoding the part.
         """
-        raw, _ = self._cut()
+        raw = self._cut()[0]
         return gzip.compress(raw, compresslevel=6, mtime=0)
 
-    def _cut(self, cpu_part: bool = False, thread_labels: bool = True) -> Tuple[bytes, bytes]:
-        """cut(), uncompressed; with cpu_part (wall), also the part's
-        on-CPU samples as a CPU profile (else b"")."""
+    def _cut(
+        self, cpu_part: bool = False, thread_labels: bool = True
+    ) -> Tuple[bytes, bytes, int, int]:
+        """cut(), uncompressed: (the part, with cpu_part (wall) its on-CPU
+        samples as a CPU profile (else b""), its time_nanos and
+        duration_nanos)."""
         with _slot.lock:
             if not self._running:
                 raise ProfilerError("cut() called on a profiler that is not running")
             raw, stats, *cpu = _core.cut(cpu_part, thread_labels)
         self.stats = ProfileStats._from_core(stats)
-        return raw, cpu[0] if cpu else b""
+        return raw, cpu[0] if cpu else b"", stats["time_ns"], stats["duration_ns"]
 
     def profile(self, seconds: float) -> bytes:
         """Profile the whole process for ``seconds`` and return gzipped pprof.

@@ -92,7 +92,7 @@ def test_the_on_cpu_part_of_a_wall_profile() -> None:
     prof.start()
     phase_one(0.2)
     time.sleep(0.2)
-    wall, cpu = prof._cut(cpu_part=True, thread_labels=False)
+    wall, cpu, _, _ = prof._cut(cpu_part=True, thread_labels=False)
     prof.stop()
     w, c = check_profile(wall), check_profile(cpu)
     assert c.types == [("samples", "count"), ("cpu", "nanoseconds")]

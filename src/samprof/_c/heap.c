@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "collect.h"
 #include "frames.h"
+#include "grow.h"
 #include "pprof.h"
 #include "ring.h"
 #include "labels.h"
@@ -67,6 +68,14 @@ static struct {
     int probe_seen; /* a hook was called while probing */
     int64_t start_realtime_ns;
     int64_t start_monotonic_ns;
+
+    /* Delta encodes (heap_encode's delta): each sample's raw alloc count
+     * and size at the last one, by sample index (2 values each; samples
+     * are only ever appended), and where the next one's span begins. */
+    int64_t *delta_base;
+    size_t n_delta_base, cap_delta_base; /* in samples */
+    int64_t delta_realtime_ns;
+    int64_t delta_monotonic_ns;
 
     heap_hook_t *installed[HEAP_DOMAINS]; /* this profile's hooks */
     heap_hook_t *hooks;                   /* every hook ever made */
@@ -596,6 +605,55 @@ heap_unsample(const profile_sample_t *s, int64_t *out, const void *arg)
     heap_scale_pair(s->values[2], s->values[3], rate, out + 2);
 }
 
+/* A sample's raw alloc (count, size) at the last delta encode. */
+static void
+heap_delta_base(const profile_sample_t *s, int64_t *base)
+{
+    size_t i = (size_t)(s - H.session.profile.samples);
+    base[0] = i < H.n_delta_base ? H.delta_base[2 * i] : 0;
+    base[1] = i < H.n_delta_base ? H.delta_base[2 * i + 1] : 0;
+}
+
+/* As godeltaprof does: the allocations since the last delta encode,
+ * unsampled as a pair of their own, and the in-use values now. */
+static void
+heap_unsample_delta(const profile_sample_t *s, int64_t *out, const void *arg)
+{
+    int64_t base[2];
+    heap_delta_base(s, base);
+    uint64_t rate = *(const uint64_t *)arg;
+    heap_scale_pair(s->values[0] - base[0], s->values[1] - base[1], rate, out);
+    heap_scale_pair(s->values[2], s->values[3], rate, out + 2);
+}
+
+/* A delta leaves out the samples with nothing allocated since the last
+ * one and nothing in use. */
+static int
+heap_delta_keep(const profile_sample_t *s, const void *arg)
+{
+    (void)arg;
+    int64_t base[2];
+    heap_delta_base(s, base);
+    return s->values[0] != base[0] || s->values[2] != 0;
+}
+
+/* Remembers every sample's alloc values for the next delta. 0, or -1 when
+ * out of memory (the next delta then repeats this one's allocations). */
+static int
+heap_delta_remember(void)
+{
+    const profile_t *p = &H.session.profile;
+    if (GROW(H.delta_base, H.cap_delta_base, 2 * p->n_samples) < 0) {
+        return -1;
+    }
+    for (size_t i = 0; i < p->n_samples; i++) {
+        H.delta_base[2 * i] = p->samples[i].values[0];
+        H.delta_base[2 * i + 1] = p->samples[i].values[1];
+    }
+    H.n_delta_base = p->n_samples;
+    return 0;
+}
+
 static const pprof_value_type_t heap_types[4] = {
     {"alloc_objects", "count"},
     {"alloc_space", "bytes"},
@@ -628,7 +686,7 @@ heap_name_this_thread(PyObject *name)
 }
 
 int
-heap_encode(int allocs, pb_buf_t *out)
+heap_encode(int allocs, const heap_encode_t *how, pb_buf_t *out)
 {
     assert(H.enabled);
     tctx_heap_t *t = tctx_heap();
@@ -664,9 +722,26 @@ heap_encode(int allocs, pb_buf_t *out)
         .n_comments = 2,
         .values = heap_unsample,
         .values_arg = &H.rate,
+        .no_thread_labels = !how->thread_labels,
     };
+    int64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (how->delta) {
+        meta.time_nanos = H.delta_realtime_ns;
+        meta.duration_nanos = now - H.delta_monotonic_ns;
+        meta.values = heap_unsample_delta;
+        meta.keep = heap_delta_keep;
+    }
     int rc = collect_encode(&H.session, &meta, out);
+    if (rc == 0 && how->delta) {
+        (void)heap_delta_remember();
+        H.delta_realtime_ns += meta.duration_nanos;
+        H.delta_monotonic_ns = now;
+    }
     heap_busy_exit(t);
+    if (how->time_nanos != NULL) {
+        *how->time_nanos = meta.time_nanos;
+        *how->duration_nanos = meta.duration_nanos;
+    }
     return rc;
 }
 
@@ -690,6 +765,9 @@ heap_free_state(void)
     H.live_mask = 0;
     PyMem_RawFree(H.frames);
     H.frames = NULL;
+    free(H.delta_base);
+    H.delta_base = NULL;
+    H.n_delta_base = H.cap_delta_base = 0;
 }
 
 int
@@ -718,6 +796,9 @@ heap_start(const heap_config_t *cfg)
     memset(&H.stats, 0, sizeof(H.stats));
     H.start_realtime_ns = clock_ns(CLOCK_REALTIME);
     H.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+    H.delta_realtime_ns = H.start_realtime_ns;
+    H.delta_monotonic_ns = H.start_monotonic_ns;
+    H.n_delta_base = 0;
     /* The calling thread draws its countdown at this rate with its next
      * allocation; the others keep theirs (heap_count_slow). */
     tctx_heap_t *t = tctx_heap();

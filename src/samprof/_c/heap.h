@@ -57,11 +57,23 @@ typedef struct {
 int heap_start(const heap_config_t *cfg);
 int heap_running(void);
 
+/* How heap_encode writes the profile. */
+typedef struct {
+    /* 0: the allocations since start. 1: those since the last delta
+     * encode (from start for the first), as a continuous profiler sends
+     * them; samples with no new allocation and nothing in use are left
+     * out, and the profile's time is the span since the last delta. */
+    int delta;
+    int thread_labels; /* samples carry thread_name and thread_id */
+    /* If not NULL, receive the profile's time_nanos and duration_nanos. */
+    int64_t *time_nanos, *duration_nanos;
+} heap_encode_t;
+
 /* Appends the profile so far to out as an uncompressed pprof message:
  * Go's "allocs" profile (default sample type alloc_space) or its "heap"
  * profile (in-use space shown by default). Only while a profile runs.
  * Returns 0, or -1 with an exception set. The profile keeps running. */
-int heap_encode(int allocs, pb_buf_t *out);
+int heap_encode(int allocs, const heap_encode_t *how, pb_buf_t *out);
 
 void heap_get_stats(heap_stats_t *st);
 

@@ -428,6 +428,7 @@ module_end_part(stats_t *st, const module_part_t *how, pb_buf_t *buf)
         module_cpu_stats(&total, duration, cpu);
     }
     module_part_stats(st, &total);
+    st->time_ns = M.start_realtime_ns;
     if (M.sampling) {
         collect_drain(&M.session, sampler_ring(), final);
         module_add_dropped(st);
@@ -815,23 +816,33 @@ module_heap_stats_dict(const heap_stats_t *st)
 }
 
 /* (raw pprof, stats dict) of the running heap profile: Go's "allocs"
- * profile when allocs is true, its "heap" profile otherwise. */
+ * profile when allocs is true, its "heap" profile otherwise, written as
+ * how says. The stats dict also has the profile's time_ns. */
 static PyObject *
-module_heap_result(int allocs)
+module_heap_result(int allocs, heap_encode_t *how)
 {
     if (!heap_running()) {
         PyErr_SetString(sampler_error, "no heap profile is running");
         return NULL;
     }
+    int64_t time_ns = 0, duration_ns = 0;
+    how->time_nanos = &time_ns;
+    how->duration_nanos = &duration_ns;
     pb_buf_t buf;
     pb_init(&buf);
     PyObject *result = NULL;
-    if (heap_encode(allocs, &buf) == 0) {
+    if (heap_encode(allocs, how, &buf) == 0) {
         heap_stats_t st;
         heap_get_stats(&st);
-        result =
-            Py_BuildValue("(y#N)", (const char *)buf.data, (Py_ssize_t)buf.len,
-                          module_heap_stats_dict(&st));
+        st.duration_ns = duration_ns;
+        PyObject *dict = module_heap_stats_dict(&st);
+        PyObject *t = dict != NULL ? PyLong_FromLongLong(time_ns) : NULL;
+        if (t != NULL && PyDict_SetItemString(dict, "time_ns", t) == 0) {
+            result = Py_BuildValue("(y#O)", (const char *)buf.data,
+                                   (Py_ssize_t)buf.len, dict);
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(dict);
     }
     pb_free(&buf);
     return result;
@@ -841,11 +852,13 @@ static PyObject *
 module_heap_snapshot(PyObject *self, PyObject *args)
 {
     (void)self;
-    int allocs;
-    if (!PyArg_ParseTuple(args, "p:heap_snapshot", &allocs)) {
+    int allocs, delta = 0, thread_labels = 1;
+    if (!PyArg_ParseTuple(args, "p|pp:heap_snapshot", &allocs, &delta,
+                          &thread_labels)) {
         return NULL;
     }
-    return module_heap_result(allocs);
+    heap_encode_t how = {.delta = delta, .thread_labels = thread_labels};
+    return module_heap_result(allocs, &how);
 }
 
 static PyObject *
@@ -856,7 +869,8 @@ module_heap_stop(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "p:heap_stop", &allocs)) {
         return NULL;
     }
-    PyObject *result = module_heap_result(allocs);
+    heap_encode_t how = {.thread_labels = 1};
+    PyObject *result = module_heap_result(allocs, &how);
     npdata_stop();
     int stayed = heap_stop();
     if (result == NULL) {
@@ -928,8 +942,10 @@ static PyMethodDef module_methods[] = {
      "Start the heap profile; numpy_api (numpy's _ARRAY_API capsule, or\n"
      "None) counts numpy's array data too. Use samprof.HeapProfiler."},
     {"heap_snapshot", module_heap_snapshot, METH_VARARGS,
-     "heap_snapshot(allocs)\n--\n\n"
-     "(pprof bytes, stats dict) of the running heap profile."},
+     "heap_snapshot(allocs, delta=False, thread_labels=True)\n--\n\n"
+     "(pprof bytes, stats dict) of the running heap profile. With delta,\n"
+     "the allocations since the last delta snapshot and what is in use\n"
+     "now. thread_labels=False leaves out thread_name and thread_id."},
     {"heap_stop", module_heap_stop, METH_VARARGS,
      "heap_stop(allocs)\n--\n\n"
      "Stop the heap profile; return ((pprof bytes, stats dict), hooks that\n"

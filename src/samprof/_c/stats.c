@@ -22,8 +22,8 @@ stats_to_dict(const stats_t *st)
     }
     if (st->cpu) {
         return Py_BuildValue(
-            "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K,s:K,s:K},s:N,s:K,s:L,s:L,s:K,"
-            "s:K}",
+            "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K,s:K,s:K},s:N,s:K,s:L,s:L,s:L,"
+            "s:K,s:K}",
             "mode", "cpu", "engine", st->engine, "requested_hz",
             st->requested_hz, "effective_hz", st->effective_hz, "samples",
             (unsigned long long)st->samples, "signals",
@@ -31,23 +31,24 @@ stats_to_dict(const stats_t *st)
             (unsigned long long)st->threads[STATS_PERF], "timer",
             (unsigned long long)st->threads[STATS_TIMER], "itimer",
             (unsigned long long)st->threads[STATS_ITIMER], "dropped", dropped,
-            "truncated", (unsigned long long)st->truncated, "duration_ns",
-            (long long)st->duration_ns, "cpu_ns", (long long)st->cpu_ns,
-            "foreign_signals", (unsigned long long)st->foreign_signals,
-            "profile_bytes", (unsigned long long)st->profile_bytes);
+            "truncated", (unsigned long long)st->truncated, "time_ns",
+            (long long)st->time_ns, "duration_ns", (long long)st->duration_ns,
+            "cpu_ns", (long long)st->cpu_ns, "foreign_signals",
+            (unsigned long long)st->foreign_signals, "profile_bytes",
+            (unsigned long long)st->profile_bytes);
     }
     return Py_BuildValue(
-        "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:N,s:K,s:L,s:L,s:K,s:K,s:K,s:K,"
-        "s:K}",
+        "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:N,s:K,s:L,s:L,s:L,s:K,s:K,s:K,"
+        "s:K,s:K}",
         "mode", "wall", "engine", st->engine, "requested_hz", st->requested_hz,
         "effective_hz", st->effective_hz, "samples",
         (unsigned long long)st->samples, "signals",
         (unsigned long long)st->signals, "threads_by_engine", "wall",
         (unsigned long long)st->threads[0], "dropped", dropped, "truncated",
-        (unsigned long long)st->truncated, "duration_ns",
-        (long long)st->duration_ns, "cpu_ns", (long long)st->cpu_ns, "walks",
-        (unsigned long long)st->walks, "late_ticks",
-        (unsigned long long)st->late_ticks, "gc_samples",
+        (unsigned long long)st->truncated, "time_ns", (long long)st->time_ns,
+        "duration_ns", (long long)st->duration_ns, "cpu_ns",
+        (long long)st->cpu_ns, "walks", (unsigned long long)st->walks,
+        "late_ticks", (unsigned long long)st->late_ticks, "gc_samples",
         (unsigned long long)st->gc_samples, "ticks",
         (unsigned long long)st->ticks, "profile_bytes",
         (unsigned long long)st->profile_bytes);

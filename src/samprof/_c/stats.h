@@ -27,6 +27,7 @@ typedef struct {
     uint64_t unknown_frames;
     uint64_t out_of_memory; /* samples the profile could not store */
     uint64_t truncated;
+    int64_t time_ns; /* start, Unix epoch: the profile's time_nanos */
     int64_t duration_ns;
     int64_t cpu_ns;           /* process CPU time during the profile */
     uint64_t foreign_signals; /* CPU: signals that were not samprof's */
