@@ -276,9 +276,7 @@ class Config:
         self.directory = os.path.abspath(directory) if directory is not None else None
         app_name = app_name if app_name is not None else _env("APP") or _default_app_name()
         if not isinstance(app_name, str) or not _APP_NAME.match(app_name):
-            raise ValueError(
-                f"app_name {app_name!r}: Pyroscope allows letters, digits and _ . - /"
-            )
+            raise ValueError(f"app_name {app_name!r}: Pyroscope allows letters, digits and _ . - /")
         self.app_name = app_name
         env_tags = _env("TAGS")
         self.tags = _check_tags(
