@@ -648,9 +648,14 @@ class Profiling:
             backend = SamplingBackend(mode, hz, continuous=self.always)
         elif backend == "cprofile":
             backend = CProfileBackend()
+        elif backend == "labels":
+            # Labels each request's samples for whoever samples the process
+            # (samprof.continuous, a /debug/pprof capture); profiles nothing.
+            backend = Backend()
         elif isinstance(backend, str):
             raise ValueError(
-                f"backend must be 'sampling', 'cprofile' or a Backend object, got {backend!r}"
+                "backend must be 'sampling', 'cprofile', 'labels' or a Backend object, "
+                f"got {backend!r}"
             )
         self.backend: Backend = backend
         # Imported now (it loads samprof's core), not inside the first

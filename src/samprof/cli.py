@@ -12,7 +12,7 @@
     samprof diff BASE NEW [-n N] [-i TYPE] [--normalize] [--lines]
     samprof merge FILE|DIR ... -o OUT
     samprof serve [--listen HOST:PORT] [--token-file FILE] [--no-heap]
-                  [--] script.py [args ...]
+                  [--push URL] [--] script.py [args ...]
     samprof serve [options] -m module [args ...]
     samprof serve --list
 
@@ -25,7 +25,9 @@ or module name belongs to the program. samprof itself writes only to stderr.
 (samprof.http): ``go tool pprof http://127.0.0.1:6060/debug/pprof/profile``
 profiles it while it runs. Each process forked from it serves on a free
 port of its own; every one prints its address to stderr and writes a
-discovery file, which ``serve --list`` reads.
+discovery file, which ``serve --list`` reads. With ``--push URL`` (or the
+``SAMPROF_PUSH_*`` variables) each process also sends its profiles to a
+Pyroscope server continuously (samprof.continuous).
 
 ``top`` prints the functions that used the most, like ``go tool pprof -top``:
 of one profile, of several merged (files, or every file of a directory), of
@@ -67,7 +69,7 @@ _MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler", "heap": "HeapProf
 # everything from the script name on reaches the program untouched.
 _RUN_VALUE_OPTIONS = {
     "record": ("--hz", "--rate", "--mode", "--engine", "--signal", "-o", "--output", "-m"),
-    "serve": ("--listen", "--token-file", "--max-seconds", "-m"),
+    "serve": ("--listen", "--token-file", "--max-seconds", "--push", "-m"),
 }
 # Where `samprof serve` listens by default: Go's customary pprof port.
 _DEFAULT_LISTEN = "127.0.0.1:6060"
@@ -227,6 +229,13 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
         type=_positive_int,
         default=300,
         help="the longest capture a request may ask for (default 300)",
+    )
+    serve.add_argument(
+        "--push",
+        metavar="URL",
+        help="also send the profiles continuously to a Pyroscope server (or Grafana "
+        "Alloy) at URL, every process forked from the program too; the other settings "
+        "come from the SAMPROF_PUSH_* environment variables (see samprof.continuous.start)",
     )
     serve.add_argument(
         "--list",
@@ -588,9 +597,35 @@ def _serve(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List
     http._announce_forks(_announce)
     _announce(server)
     _hide_runner_frames()
+    if (
+        opts.push is not None
+        or os.environ.get("SAMPROF_PUSH_URL")
+        or os.environ.get("SAMPROF_PUSH_DIR")
+    ):
+        status = _start_agent(opts.push)
+        if status is not None:
+            return status
     # The server stays up until the process exits: after the program's main
     # code, while its other threads still run.
     return _run_as_main(script, module, target_argv)
+
+
+def _start_agent(url: Optional[str]) -> Optional[int]:
+    """Starts the continuous agent (samprof serve --push, or the
+    SAMPROF_PUSH_* variables); an exit status if it cannot start."""
+    from samprof import ProfilerError, continuous
+
+    try:
+        agent = continuous.start(url)
+    except (ValueError, TypeError, OSError, ProfilerError) as e:
+        return _error(f"cannot start pushing profiles: {e}")
+    where = agent.config.url or agent.config.directory
+    print(
+        f"samprof: sending {', '.join(agent.config.profiles)} profiles of "
+        f"{agent.config.app_name} to {where} every {agent.config.interval:g} s",
+        file=sys.stderr,
+    )
+    return None
 
 
 def _make_profiler(

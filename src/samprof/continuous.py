@@ -585,6 +585,7 @@ class Agent:
                     self.config.directory, self.config.app_name, f".{kind}.pb.gz"
                 )
         self._queue: Deque[List[Part]] = collections.deque()
+        self._in_flight: Optional[List[Part]] = None  # the sender's (queue[0])
         self._wake = threading.Condition(threading.Lock())
         self._stopping = threading.Event()
         self._deadline: Optional[float] = None  # of the uploads at stop
@@ -695,7 +696,10 @@ class Agent:
                 return
             self._queue.append(parts)
             while len(self._queue) > self.config.queue_size:
-                dropped = self._queue.popleft()
+                # The oldest, unless it is being sent: then the next.
+                oldest = 1 if self._queue[0] is self._in_flight else 0
+                dropped = self._queue[oldest]
+                del self._queue[oldest]
                 self._counts["parts_dropped_queue_full"] += len(dropped)
             self._wake.notify_all()
 
@@ -730,7 +734,7 @@ class Agent:
                     self._wake.wait()
                 if not self._queue:
                     return
-                batch = self._queue[0]
+                batch = self._in_flight = self._queue[0]
                 unit = self._uploader.unit(batch)
             timeout = self.config.timeout
             if self._deadline is not None:
@@ -747,12 +751,17 @@ class Agent:
                         self._counts["parts_refused"] += len(unit)
                         self._done(batch, unit)
                         continue
-                if self._deadline is not None:
-                    return  # no waiting at exit
                 failures += 1
                 self._counts["retries"] += 1
-                delay = min(BACKOFF_MAX, BACKOFF_MIN * 2 ** (failures - 1))
-                self._stopping.wait(random.uniform(delay / 2, delay))
+                delay = random.uniform(0.5, 1) * min(BACKOFF_MAX, BACKOFF_MIN * 2 ** (failures - 1))
+                if self._deadline is not None:
+                    # Stopping: retry while the exit timeout lasts.
+                    delay = min(delay, self._deadline - time.monotonic())
+                    if delay <= 0:
+                        return
+                    time.sleep(delay)
+                else:
+                    self._stopping.wait(delay)
                 continue
             failures = 0
             with self._wake:

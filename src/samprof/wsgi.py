@@ -104,8 +104,10 @@ class ProfilerMiddleware:
     ``backend``: ``"sampling"`` (samprof's sampler; ``mode="cpu"`` or
     ``"wall"``, ``hz``), ``"cprofile"`` (the standard library's cProfile:
     exact call counts, ``.prof`` pstats files; see
-    :class:`samprof._middleware.CProfileBackend`) or an object with the
-    :class:`samprof.Backend` methods. Every sample of a profiled request carries its labels:
+    :class:`samprof._middleware.CProfileBackend`), ``"labels"`` (no
+    profiler of its own: the labels below go on the samples of whoever
+    samples the process, e.g. :mod:`samprof.continuous`) or an object with
+    the :class:`samprof.Backend` methods. Every sample of a profiled request carries its labels:
     ``route`` (the template the application names with
     :func:`samprof.wsgi.set_route`, else the path's first segment),
     ``method``, and, once the response started, ``status`` (``2xx``).
