@@ -245,12 +245,13 @@ format: ## Rewrite Python (ruff format) and C (clang-format) in place.
 	fi
 
 .PHONY: deps
-deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format, Chromium for the flame page tests) with apt.
+deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format, Chromium for the flame page tests, openssl for the TLS tests) with apt.
 	@missing=; \
 	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	command -v $(CLANG_FORMAT) >/dev/null 2>&1 \
 	    || missing="$$missing clang-format"; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null \

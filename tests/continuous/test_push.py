@@ -6,6 +6,7 @@ tenants, and the directory output that samprof top reads."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from typing import Dict, List
@@ -178,6 +179,31 @@ def test_push_protocol_with_basic_auth_and_a_tenant():
     for name in names:
         check_contiguous(receiver.of(name))
     assert value_of(receiver.of("process_cpu"), "cpu", "cpu_work", route="/cpu") > 0
+
+
+def test_https_with_a_ca_file(tmp_path):
+    """TLS through the standard library: a server whose certificate only
+    the given CA file vouches for."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    with Receiver(tls=(str(cert), str(key))) as receiver:
+        agent = continuous.start(
+            receiver.url, "tls", profiles="cpu", interval=0.2, ca_file=str(cert)
+        )
+        cpu_work(0.3)
+        agent.stop()
+        assert agent.stats()["parts_sent"] == len(receiver.uploads) >= 2
+        # Without the CA file the certificate is refused, and nothing sent.
+        agent = continuous.start(receiver.url, "tls", profiles="cpu", interval=0.1)
+        cpu_work(0.2)
+        agent.stop(timeout=0.5)
+        stats = agent.stats()
+    assert stats["parts_sent"] == 0 and "CERTIFICATE_VERIFY_FAILED" in stats["last_error"]
 
 
 def test_a_refused_upload_is_dropped_and_counted():

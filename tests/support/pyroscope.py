@@ -332,8 +332,11 @@ class Receiver:
         multitenancy: bool = False,
         basic_auth: Optional[Tuple[str, str]] = None,
         port: int = 0,
+        tls: Optional[Tuple[str, str]] = None,
     ) -> None:
+        """tls: (certificate file, key file) to serve https."""
         self.multitenancy = multitenancy
+        self.tls = tls
         self.basic_auth = basic_auth
         self.uploads: List[Upload] = []
         self.refused: List[Refusal] = []
@@ -351,7 +354,8 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self._port}"
 
     def up(self) -> None:
         receiver = self
@@ -362,6 +366,12 @@ class Receiver:
         Handler.receiver = receiver
         server = http.server.ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         self._port = server.server_address[1]
         self._server = server
         self._release.clear()
