@@ -16,7 +16,7 @@ from support import SANITIZED
 from support.measure import measure, within
 from support.processes import run_samprof
 from support.profiles import go_pprof_files
-from support.pyroscope import Receiver, Upload
+from support.pyroscope import Receiver, Upload, value_of
 from support.workloads import burn_python_for
 
 import samprof
@@ -52,23 +52,6 @@ def check_contiguous(uploads: List[Upload]) -> None:
     for u in uploads:
         assert u.profile.time_nanos == u.from_ns
         assert u.profile.time_nanos + u.profile.duration_nanos == u.until_ns
-
-
-def value_of(uploads: List[Upload], type_name: str, function: str = "", **labels: str) -> int:
-    """The sum over uploads of the samples through function (a qualified
-    name that ends so; any, if "") with these labels."""
-    total = 0
-    for u in uploads:
-        p = u.profile
-        i = [t.type for t in p.sample_types].index(type_name)
-        for s in p.samples:
-            got = {lab.key: lab.str_value for lab in s.labels}
-            if any(got.get(k) != v for k, v in labels.items()):
-                continue
-            if function and not any(f.function.endswith(function) for f in p.stack_of(s)):
-                continue
-            total += s.values[i]
-    return total
 
 
 @pytest.mark.accuracy
@@ -126,7 +109,7 @@ def test_ingest_sends_cpu_wall_and_heap_parts_that_add_up(tmp_path):
         labelled = value_of(by_name["process_cpu"], "cpu", route="/cpu") / 1e9
         within(labelled / cpu, 1.0, 0.1, "labelled CPU in the parts / thread CPU")
         # Wall: this thread was sampled all along the parts' span.
-        wall = value_of(by_name["wall"], "wall", ".attempt")
+        wall = value_of(by_name["wall"], "wall", "attempt")
         span = sum(u.until_ns - u.from_ns for u in by_name["wall"])
         within(wall / span, 1.0, 0.05, "this thread's wall time / the parts' span")
         # Heap: the allocations of each interval once; what is kept in use.

@@ -16,7 +16,7 @@ from typing import Dict, List
 from support import SCRIPTS
 from support.httpclient import get
 from support.processes import child_env, describe, last_json, run_script
-from support.pyroscope import Receiver, Upload
+from support.pyroscope import Receiver, Upload, value_of
 from support.servers import GUNICORN_LISTENING, running
 
 
@@ -35,16 +35,7 @@ def by_pid(uploads: List[Upload]) -> Dict[int, List[Upload]]:
 
 
 def cpu_of(uploads: List[Upload], function: str, **labels: str) -> int:
-    """CPU nanoseconds of the samples through function, with labels."""
-    total = 0
-    for u in uploads:
-        for s in u.profile.samples:
-            got = {lab.key: lab.str_value for lab in s.labels}
-            if any(got.get(k) != v for k, v in labels.items()):
-                continue
-            if any(f.function.endswith(function) for f in u.profile.stack_of(s)):
-                total += s.values[1]
-    return total
+    return value_of(uploads, "cpu", function, **labels)
 
 
 def test_the_last_part_is_sent_at_exit():

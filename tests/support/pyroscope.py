@@ -109,6 +109,28 @@ class Upload:
         ]
 
 
+def value_of(uploads: List[Upload], type_name: str, function: str = "", **labels: str) -> int:
+    """The sum over uploads of the values of type_name of the samples
+    through function (any, if "") with these labels."""
+    total = 0
+    for u in uploads:
+        p = u.profile
+        i = [t.type for t in p.sample_types].index(type_name)
+        for s in p.samples:
+            got = {lab.key: lab.str_value for lab in s.labels}
+            if any(got.get(k) != v for k, v in labels.items()):
+                continue
+            if function and not any(_named(f.function, function) for f in p.stack_of(s)):
+                continue
+            total += s.values[i]
+    return total
+
+
+def _named(qualified: str, name: str) -> bool:
+    """A frame's function is name: its qualified name (3.11+) or its name."""
+    return qualified == name or qualified.endswith("." + name)
+
+
 # -- push.proto ------------------------------------------------------------------
 
 _F = descriptor_pb2.FieldDescriptorProto
