@@ -237,6 +237,10 @@ class _Profiler(_Lifecycle):
         if isinstance(max_stacks, bool) or not isinstance(max_stacks, int) or max_stacks < 1:
             raise ValueError(f"max_stacks must be a positive int, got {max_stacks!r}")
         self.max_stacks = max_stacks
+        # False: the threads' samples of a stack are added up, and carry no
+        # thread name or id (samprof.continuous: a fleet backend makes a
+        # series of every label value).
+        self._by_thread = True
         self._running = False
         #: The gzipped pprof of the last finished profile (set by ``stop``).
         self.result: Optional[bytes] = None
@@ -257,6 +261,7 @@ class _Profiler(_Lifecycle):
                 self.max_depth,
                 tuple(_hidden_files),
                 self.max_stacks,
+                self._by_thread,
             )
             self._running = True
             _slot.active = self

@@ -18,6 +18,7 @@ def start(
     max_depth: int,
     hidden_files: Tuple[str, ...],
     max_stacks: int = ...,
+    by_thread: bool = ...,
 ) -> None:
     """Start a CPU ("cpu") or wall-clock ("wall") profile."""
 

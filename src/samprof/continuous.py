@@ -102,6 +102,10 @@ _TENANT = re.compile(r"^[A-Za-z0-9!\-_.*'()]{1,150}$")
 # take up to 5 (__name__, service_name, __delta__, pyroscope_spy, pid) and
 # samples' labels (route, method, status, yours) add to the rest.
 _MAX_TAGS = 16
+# Distinct samples in a CPU or wall part; the rest are counted under
+# "<samprof: stack table full>". Pyroscope refuses a profile of more than
+# 16,000 samples (max_profile_stacktrace_samples).
+MAX_SAMPLES = 15000
 # The heap part's sample types, as Pyroscope's Go agent describes them.
 _HEAP_SAMPLE_TYPES = {
     "alloc_objects": {"units": "objects"},
@@ -353,7 +357,8 @@ class _Sources:
         kinds = self.kinds
         if "wall" in kinds or "cpu" in kinds:
             cls = WallProfiler if "wall" in kinds else CPUProfiler
-            prof = cls(self.config.hz)
+            prof = cls(self.config.hz, max_stacks=MAX_SAMPLES)
+            prof._by_thread = False
             prof.start()
             self.time = prof
         if "heap" in kinds:

@@ -353,3 +353,28 @@ def test_labels_follow_threads_and_tasks_into_pyroscope_series():
     a = value_of(cpu, "cpu", "request", route="/a")
     b = value_of(cpu, "cpu", "request", route="/b")
     assert a > 0 and b > 0 and value_of(cpu, "cpu", "cpu_work", route="/a") == 0
+
+
+def test_the_threads_of_a_stack_are_one_sample():
+    """A server that starts a thread per request must not send a sample
+    per thread: Pyroscope makes no series of them, and refuses a profile
+    of more than 16,000 samples."""
+
+    def threaded_work() -> None:
+        burn_python_for(0.01)
+
+    with Receiver() as receiver:
+        agent = continuous.start(receiver.url, "threads", profiles="cpu", interval=60, hz=1000)
+        for _ in range(40):
+            t = threading.Thread(target=threaded_work)
+            t.start()
+            t.join()
+        agent.stop()
+    [upload] = receiver.uploads
+    stacks = [
+        tuple(s.location_ids)
+        for s in upload.profile.samples
+        if any(f.function.endswith("threaded_work") for f in upload.profile.stack_of(s))
+    ]
+    assert len(stacks) == len(set(stacks)) > 0
+    assert value_of([upload], "samples", "threaded_work") >= 40 * 5

@@ -53,6 +53,7 @@ collect_init(collect_session_t *s, size_t n_values, uint32_t max_depth,
     /* Interned once: the wall sampler labels every sample with it. Lost
      * only when out of memory, and then the label is left out. */
     s->k_thread_state = profile_string(&s->profile, "thread_state", 12);
+    s->by_thread = 1;
     s->next = collect_live;
     collect_live = s;
     s->active = 1;
@@ -171,6 +172,9 @@ collect_add_values(collect_session_t *s, const uint32_t *stack, uint32_t n,
     if (s->labelsets == NULL
         || labels > (uint32_t)PyList_GET_SIZE(s->labelsets)) {
         labels = 0;
+    }
+    if (!s->by_thread) {
+        tid = 0;
     }
     (void)profile_thread(&s->profile, tid);
     if (profile_add(&s->profile, stack, n, tid, labels, extra, values, index)
@@ -330,6 +334,9 @@ collect_resolve_thread_names(collect_session_t *s)
 {
     profile_t *p = &s->profile;
     size_t i;
+    if (!s->by_thread) {
+        return; /* its samples carry no thread */
+    }
     for (i = 0; i < p->n_threads; i++) {
         if (!p->threads[i].resolved) {
             break;

@@ -44,6 +44,10 @@ struct collect_session {
     PyObject *labelsets; /* registered label sets (borrowed) */
     int wall_mode;       /* ring samples are a wall profile's on-CPU part */
     uint32_t k_thread_state; /* string id of the label key "thread_state" */
+    /* 1 (collect_init's default): samples are kept per thread, and carry
+     * its name and id. 0: the threads' samples of one stack are added up
+     * (a fleet backend, which must not get a series per thread). */
+    int by_thread;
     collect_session_t *next; /* the next live session */
 };
 

@@ -123,14 +123,15 @@ module_parse_engine(const char *engine, sampler_engine_t *out)
  * with an exception set. */
 static int
 module_configure(PyObject *args, PyObject **hidden_file,
-                 Py_ssize_t *max_samples)
+                 Py_ssize_t *max_samples, int *by_thread)
 {
     const char *mode, *engine;
     int hz, signum, max_depth;
     *max_samples = COLLECT_MAX_SAMPLES;
-    if (!PyArg_ParseTuple(args, "sisiiO!|n:start", &mode, &hz, &engine,
+    *by_thread = 1;
+    if (!PyArg_ParseTuple(args, "sisiiO!|np:start", &mode, &hz, &engine,
                           &signum, &max_depth, &PyTuple_Type, hidden_file,
-                          max_samples)) {
+                          max_samples, by_thread)) {
         return -1;
     }
     if (*max_samples < 1) {
@@ -197,7 +198,8 @@ module_start(PyObject *self, PyObject *args)
     }
     PyObject *hidden_file; /* borrowed: the files samples leave out */
     Py_ssize_t max_samples;
-    if (module_configure(args, &hidden_file, &max_samples) < 0) {
+    int by_thread;
+    if (module_configure(args, &hidden_file, &max_samples, &by_thread) < 0) {
         return NULL;
     }
     int wall = M.mode == MODULE_WALL;
@@ -207,6 +209,7 @@ module_start(PyObject *self, PyObject *args)
         < 0) {
         return NULL;
     }
+    M.session.by_thread = by_thread;
     M.start_realtime_ns = clock_ns(CLOCK_REALTIME);
     M.start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
     M.start_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
@@ -449,7 +452,7 @@ module_end_part(stats_t *st, const module_part_t *how, pb_buf_t *buf)
     meta.duration_nanos = duration;
     meta.comments = comments;
     meta.n_comments = 3;
-    meta.no_thread_labels = !how->thread_labels;
+    meta.no_thread_labels = !how->thread_labels || !M.session.by_thread;
     int rc = collect_encode(&M.session, &meta, buf);
     if (rc == 0 && how->cpu_buf != NULL) {
         module_state_filter_t on_cpu = {M.session.k_thread_state,
@@ -911,7 +914,7 @@ module_heap_is_running(PyObject *self, PyObject *noargs)
 static PyMethodDef module_methods[] = {
     {"start", module_start, METH_VARARGS,
      "start(mode, hz, engine, signum, max_depth, hidden_files,\n"
-     "      max_stacks=MAX_SAMPLES)\n--\n\n"
+     "      max_stacks=MAX_SAMPLES, by_thread=True)\n--\n\n"
      "Start sampling. Use samprof.CPUProfiler or WallProfiler instead."},
     {"stop", module_stop, METH_NOARGS,
      "stop()\n--\n\nStop sampling; return (pprof bytes, stats dict)."},
