@@ -54,6 +54,17 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
             "the profile's default), as go tool pprof -sample_index",
         )
 
+    def kind(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "-i",
+            "--sample-index",
+            "--sample-type",
+            dest="sample_type",
+            metavar="TYPE",
+            help="where the files are of several kinds (a continuous agent's directory), "
+            "read those with this sample type, e.g. cpu or inuse_space",
+        )
+
     def selection(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--tag",
@@ -156,6 +167,7 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
     )
     files(flame)
     selection(flame)
+    kind(flame)
     flame.add_argument("--title", help="the page's title (default: the files' names)")
     flame.add_argument(
         "-o", "--output", metavar="FILE", required=True, help="the page, e.g. flame.html"
@@ -196,6 +208,7 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
         "cProfile ones into a pstats file.",
     )
     files(merge, pstats=True)
+    kind(merge)
     merge.add_argument("-o", "--output", metavar="FILE", required=True, help="the merged file")
 
 
@@ -400,10 +413,13 @@ def _read_pprof(path: str, data: bytes, pstats_too: bool) -> pprof.Profile:
 
 
 def load_any(
-    paths: Sequence[str], pstats_too: bool = True
+    paths: Sequence[str], pstats_too: bool = True, sample_type: Optional[str] = None
 ) -> Tuple[Optional[pprof.Profile], Optional[Pstats]]:
     """The profiles at ``paths`` (files or directories): the pprof ones
-    merged, and the pstats (cProfile) ones added up; either may be None."""
+    merged, and the pstats (cProfile) ones added up; either may be None.
+    Profiles of several kinds (a continuous agent's directory holds CPU
+    and heap ones) are not merged: those with ``sample_type`` are taken,
+    or the error says which kinds there are."""
     from samprof.report import merge_pstats
 
     profiles = []
@@ -419,22 +435,54 @@ def load_any(
         if parsed is not None:
             stats.append(parsed)
             continue
-        profiles.append(_read_pprof(path, data, pstats_too))
+        profiles.append((path, _read_pprof(path, data, pstats_too)))
+    profiles = _of_one_kind(profiles, sample_type)
     merged = None
     if len(profiles) == 1:
-        merged = profiles[0]
+        merged = profiles[0][1]
     elif profiles:
         try:
-            merged = pprof.merge(profiles)
+            merged = pprof.merge([p for _, p in profiles])
         except ValueError as e:
             # The message numbers the profiles; name the files instead.
-            raise CannotLoad(f"cannot merge {', '.join(files)}: {e}") from None
+            names = ", ".join(path for path, _ in profiles)
+            raise CannotLoad(f"cannot merge {names}: {e}") from None
     return merged, (merge_pstats(stats) if stats else None)
 
 
-def load(paths: Sequence[str]) -> pprof.Profile:
+def _of_one_kind(
+    profiles: List[Tuple[str, pprof.Profile]], sample_type: Optional[str]
+) -> List[Tuple[str, pprof.Profile]]:
+    """The profiles of one set of sample types: all of them if they
+    share one, else those that have sample_type."""
+    kinds: Dict[Tuple[str, ...], List[Tuple[str, pprof.Profile]]] = {}
+    for path, profile in profiles:
+        kinds.setdefault(tuple(t.type for t in profile.sample_types), []).append((path, profile))
+    if len(kinds) <= 1:
+        return profiles
+    chosen = [group for types, group in kinds.items() if sample_type in types]
+    if len(chosen) == 1:
+        return chosen[0]
+    listed = "; ".join(
+        f"{'/'.join(types)} ({len(group)} file{'s' if len(group) > 1 else ''})"
+        for types, group in kinds.items()
+    )
+    example = next(iter(kinds))[-1]
+    raise CannotLoad(
+        f"the profiles are of several kinds: {listed}; pick one with -i TYPE (e.g. -i {example})"
+    )
+
+
+def _load_pprof(paths: Sequence[str], opts: argparse.Namespace) -> pprof.Profile:
+    """The pprof profiles at paths, merged, of the kind -i names."""
+    profile = load_any(paths, pstats_too=False, sample_type=opts.sample_type)[0]
+    assert profile is not None  # profile_files found files; pstats are not read
+    return profile
+
+
+def load(paths: Sequence[str], sample_type: Optional[str] = None) -> pprof.Profile:
     """The pprof profiles at ``paths`` (files or directories), merged."""
-    profile, stats = load_any(paths)
+    profile, stats = load_any(paths, sample_type=sample_type)
     if profile is None:
         raise CannotLoad(f"no pprof profiles in {', '.join(paths)} (only cProfile ones)")
     return profile
@@ -528,10 +576,10 @@ def _write(path: Optional[str], data: bytes) -> int:
 def _top(opts: argparse.Namespace) -> int:
     from samprof.report import callees, callers, pstats_callers, pstats_top, top
 
-    profile, stats = load_any(opts.files)
+    profile, stats = load_any(opts.files, sample_type=opts.sample_type)
     _pprof_only(stats if profile is None else None, opts)
     if profile is not None and opts.diff_base:
-        base = load(opts.diff_base)
+        base = load(opts.diff_base, opts.sample_type)
         try:
             profile = pprof.diff(profile, base)
         except ValueError as e:
@@ -576,7 +624,7 @@ def _top(opts: argparse.Namespace) -> int:
 def _collapsed(opts: argparse.Namespace) -> int:
     from samprof.views import collapsed
 
-    profile = _select(load_any(opts.files, pstats_too=False)[0], opts)  # type: ignore[arg-type]
+    profile = _select(_load_pprof(opts.files, opts), opts)
     try:
         text = collapsed(profile, opts.sample_type, lines=opts.lines)
     except ValueError as e:
@@ -589,7 +637,7 @@ def _collapsed(opts: argparse.Namespace) -> int:
 def _speedscope(opts: argparse.Namespace) -> int:
     from samprof.views import speedscope
 
-    profile = _select(load_any(opts.files, pstats_too=False)[0], opts)  # type: ignore[arg-type]
+    profile = _select(_load_pprof(opts.files, opts), opts)
     name = os.path.basename(os.path.normpath(opts.files[0])) if len(opts.files) == 1 else "merged"
     try:
         doc = speedscope(profile, opts.sample_type, group_by=opts.by, name=name, lines=opts.lines)
@@ -601,7 +649,7 @@ def _speedscope(opts: argparse.Namespace) -> int:
 def _flame(opts: argparse.Namespace) -> int:
     from samprof.views import flame_html
 
-    profile = _select(load_any(opts.files, pstats_too=False)[0], opts)  # type: ignore[arg-type]
+    profile = _select(_load_pprof(opts.files, opts), opts)
     title = opts.title or ", ".join(os.path.basename(os.path.normpath(f)) for f in opts.files)
     return _write(opts.output, flame_html(profile, title).encode())
 
@@ -609,8 +657,8 @@ def _flame(opts: argparse.Namespace) -> int:
 def _diff(opts: argparse.Namespace) -> int:
     from samprof.views import diff_table, flame_html
 
-    base = _select(load_any([opts.base], pstats_too=False)[0], opts)  # type: ignore[arg-type]
-    new = _select(load_any([opts.new], pstats_too=False)[0], opts)  # type: ignore[arg-type]
+    base = _select(_load_pprof([opts.base], opts), opts)
+    new = _select(_load_pprof([opts.new], opts), opts)
     try:
         text = diff_table(
             base, new, opts.sample_type, n=opts.n, normalize=opts.normalize, lines=opts.lines
@@ -634,7 +682,7 @@ def _total(profile: pprof.Profile, sample_type: Optional[str]) -> int:
 
 
 def _merge(opts: argparse.Namespace) -> int:
-    profile, stats = load_any(opts.files)
+    profile, stats = load_any(opts.files, sample_type=opts.sample_type)
     if profile is not None and stats is not None:
         raise CannotLoad(
             "cannot merge pprof profiles with cProfile ones: they count different things"

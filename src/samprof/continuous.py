@@ -325,7 +325,10 @@ class Config:
             raise ValueError(f"queue_size must be a positive int, got {queue_size!r}")
         self.queue_size = queue_size
         self.exit_timeout = _number(
-            "exit_timeout", exit_timeout if exit_timeout is not None else 3.0, 0, 600
+            "exit_timeout",
+            exit_timeout if exit_timeout is not None else _env("EXIT_TIMEOUT") or 3.0,
+            0,
+            600,
         )
         self.heap_rate = heap_rate if heap_rate is not None else _core.HEAP_RATE
         if isinstance(self.heap_rate, bool) or not isinstance(self.heap_rate, int):
@@ -849,13 +852,14 @@ def start(
     ``token`` (Bearer)        ``SAMPROF_PUSH_TOKEN``            none
     ``tenant``                ``SAMPROF_PUSH_TENANT``           none
     ``timeout`` (seconds)     ``SAMPROF_PUSH_TIMEOUT``          10
+    ``exit_timeout``          ``SAMPROF_PUSH_EXIT_TIMEOUT``     3
     ``ca_file``               ``SAMPROF_PUSH_CA_FILE``          the system's CAs
     ========================  ================================  ==================
 
     ``url`` is the Pyroscope server (or Alloy's ``pyroscope.receive_http``)
     base URL, e.g. ``http://pyroscope:4040``; ``directory`` writes each
     part to a file instead or as well (``APP.PID.SEQ.KIND.pb.gz``, written
-    whole). ``profiles`` is any of ``cpu``, ``wall``, ``heap``; with both
+    whole; ``samprof top DIR -i cpu`` reads them). ``profiles`` is any of ``cpu``, ``wall``, ``heap``; with both
     ``cpu`` and ``wall``, the CPU profile is the wall profile's on-CPU part
     (user-mode CPU time of Python threads). ``tenant`` goes in
     ``X-Scope-OrgID``; ``headers`` are added to every upload.

@@ -252,15 +252,24 @@ def test_the_receiver_refuses_what_pyroscope_refuses():
 
 def test_directory_output_is_read_by_samprof_top(tmp_path):
     out = tmp_path / "profiles"
-    agent = continuous.start(directory=str(out), app_name="batch", profiles="cpu", interval=0.15)
+    agent = continuous.start(
+        directory=str(out), app_name="batch", profiles="cpu,heap", interval=0.15
+    )
     cpu_work(0.6)
     agent.stop()
     files = sorted(os.listdir(out))
-    assert len(files) == agent.stats()["files"] >= 4
-    assert all(f.startswith(f"batch.{os.getpid()}.") and f.endswith(".cpu.pb.gz") for f in files)
-    r = run_samprof(["top", str(out), "-n", "50"], tmp_path)
+    assert len(files) == agent.stats()["files"] >= 8
+    prefix = f"batch.{os.getpid()}."
+    assert all(f.startswith(prefix) and f.endswith((".cpu.pb.gz", ".heap.pb.gz")) for f in files)
+    r = run_samprof(["top", str(out), "-n", "50", "-i", "cpu"], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert b"cpu_work" in r.stdout or b"burn_python_for" in r.stdout
+    assert b"cpu_work" in r.stdout
+    # Without -i, the two kinds cannot be merged: the error says what to do.
+    r = run_samprof(["top", str(out)], tmp_path)
+    assert r.returncode == 1
+    assert b"several kinds: samples/cpu" in r.stderr and b"-i TYPE" in r.stderr, r.stderr
+    r = run_samprof(["flame", str(out), "-i", "inuse_space", "-o", "heap.html"], tmp_path)
+    assert r.returncode == 0, r.stderr
 
 
 def test_settings_from_the_environment(monkeypatch):

@@ -55,12 +55,12 @@ def test_the_last_part_is_sent_at_exit():
 def test_exit_is_bounded_when_the_backend_hangs():
     with Receiver() as receiver:
         receiver.hang.set()
-        env = push_env(receiver, interval="60", profiles="cpu", timeout="30")
+        env = push_env(receiver, interval="60", profiles="cpu", timeout="30", exit_timeout="1")
         proc = run_script("push_app.py", "0.2", env=env)
         took = time.time() - last_json(proc.stdout)["ended"]
     assert not receiver.uploads
-    # exit_timeout is 3 s by default; the interpreter's own exit adds little.
-    assert took < 5, f"the process took {took:.1f} s to exit"
+    # The upload may take 1 s; the interpreter's own exit adds little.
+    assert 1 <= took < 2.5, f"the process took {took:.1f} s to exit"
 
 
 def test_sigterm_sends_the_last_part_and_still_kills():
