@@ -859,9 +859,10 @@ def start(
     ``url`` is the Pyroscope server (or Alloy's ``pyroscope.receive_http``)
     base URL, e.g. ``http://pyroscope:4040``; ``directory`` writes each
     part to a file instead or as well (``APP.PID.SEQ.KIND.pb.gz``, written
-    whole; ``samprof top DIR -i cpu`` reads them). ``profiles`` is any of ``cpu``, ``wall``, ``heap``; with both
-    ``cpu`` and ``wall``, the CPU profile is the wall profile's on-CPU part
-    (user-mode CPU time of Python threads). ``tenant`` goes in
+    whole; ``samprof top DIR -i cpu`` reads them). ``profiles`` is any of
+    ``cpu``, ``wall``, ``heap``; with both ``cpu`` and ``wall``, the CPU
+    profile is the wall profile's on-CPU part (user-mode CPU time of
+    Python threads). ``tenant`` goes in
     ``X-Scope-OrgID``; ``headers`` are added to every upload.
     ``queue_size`` bounds the parts waiting to be sent (in intervals);
     ``exit_timeout`` (default 3 s) bounds the time the last uploads may
