@@ -94,8 +94,22 @@ def test_top_diff_base(profiles: Path, tmp_path: Path, capsys: pytest.CaptureFix
                     write(Profile(sample_types=[ValueType("alloc_space", "bytes")]))
                 ),
             ),
+            r"the profiles are of several kinds: samples/cpu \(1 file\); alloc_space \(1 "
+            r"file\); pick one with -i TYPE \(e\.g\. -i cpu\)$",
+        ),
+        (
+            lambda d: (
+                (d / "a.pb.gz").write_bytes(write(cpu_profile({"f": 1}))),
+                (d / "b.pb.gz").write_bytes(
+                    write(
+                        Profile(
+                            sample_types=[ValueType("samples", "count"), ValueType("cpu", "ms")]
+                        )
+                    )
+                ),
+            ),
             r"cannot merge .*a\.pb\.gz, .*b\.pb\.gz: profile 1 has sample types "
-            r"\[alloc_space/bytes\], profile 0 has \[samples/count cpu/nanoseconds\]",
+            r"\[samples/count cpu/ms\], profile 0 has \[samples/count cpu/nanoseconds\]",
         ),
     ],
 )
