@@ -812,30 +812,11 @@ def current() -> Optional[Agent]:
     return _agent
 
 
-def start(
-    url: Optional[str] = None,
-    app_name: Optional[str] = None,
-    *,
-    tags: Optional[Mapping[str, str]] = None,
-    profiles: Optional[Union[str, Sequence[str]]] = None,
-    interval: Optional[float] = None,
-    protocol: Optional[str] = None,
-    hz: Optional[int] = None,
-    directory: Optional[str] = None,
-    basic_auth: Optional[Tuple[str, str]] = None,
-    token: Optional[str] = None,
-    tenant: Optional[str] = None,
-    headers: Optional[Mapping[str, str]] = None,
-    timeout: Optional[float] = None,
-    queue_size: int = 32,
-    exit_timeout: Optional[float] = None,
-    heap_rate: Optional[int] = None,
-    ca_file: Optional[str] = None,
-) -> Agent:
+def start(url: Optional[str] = None, app_name: Optional[str] = None, **settings: Any) -> Agent:
     """Start profiling this process continuously; returns the Agent.
 
-    Arguments left out are read from environment variables, then
-    defaults:
+    The settings are :class:`Config`'s keyword arguments. Those left out
+    are read from environment variables, then defaults:
 
     ========================  ================================  ==================
     argument                  environment variable              default
@@ -875,25 +856,7 @@ def start(
     start, ValueError or TypeError for bad settings.
     """
     global _agent
-    config = Config(
-        url,
-        app_name,
-        tags=tags,
-        profiles=profiles,
-        interval=interval,
-        protocol=protocol,
-        hz=hz,
-        directory=directory,
-        basic_auth=basic_auth,
-        token=token,
-        tenant=tenant,
-        headers=headers,
-        timeout=timeout,
-        queue_size=queue_size,
-        exit_timeout=exit_timeout,
-        heap_rate=heap_rate,
-        ca_file=ca_file,
-    )
+    config = Config(url, app_name, **settings)
     if config.directory is not None:
         os.makedirs(config.directory, exist_ok=True)
     with _agent_lock:

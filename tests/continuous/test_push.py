@@ -23,17 +23,6 @@ import samprof
 from samprof import continuous
 
 
-@pytest.fixture(autouse=True)
-def no_push_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(continuous.ENV_PREFIX):
-            monkeypatch.delenv(name)
-    yield
-    agent = continuous.current()
-    if agent is not None:
-        agent.stop(timeout=1)
-
-
 def cpu_work(seconds: float) -> float:
     with samprof.labels(route="/cpu"):
         return burn_python_for(seconds)

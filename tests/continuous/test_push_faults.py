@@ -33,17 +33,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch):
-    """Retries a few milliseconds apart instead of seconds, and no
-    SAMPROF_PUSH_* setting from outside."""
+    """Retries a few milliseconds apart instead of seconds."""
     monkeypatch.setattr(continuous, "BACKOFF_MIN", 0.02)
     monkeypatch.setattr(continuous, "BACKOFF_MAX", 0.2)
-    for name in list(os.environ):
-        if name.startswith(continuous.ENV_PREFIX):
-            monkeypatch.delenv(name)
-    yield
-    agent = continuous.current()
-    if agent is not None:
-        agent.stop(timeout=1)
 
 
 def work(seconds: float) -> None:
