@@ -594,13 +594,16 @@ class Agent:
                 )
         self._queue: Deque[List[Part]] = collections.deque()
         self._in_flight: Optional[List[Part]] = None  # the sender's (queue[0])
-        self._wake = threading.Condition(threading.Lock())
+        # Reentrant: stop() may run in a SIGTERM handler that interrupted
+        # its thread inside stats().
+        self._wake = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
         self._deadline: Optional[float] = None  # of the uploads at stop
         self._seq = 0
         self._counts: Dict[str, int] = collections.Counter()
         self._last_error: Optional[str] = None
         self._cutter: Optional[threading.Thread] = None
+        self._cut_finished = False  # the last part is cut, the profiles stopped
         self._sender: Optional[threading.Thread] = None
         self.running = False
 
@@ -630,7 +633,9 @@ class Agent:
         with self._wake:
             self._wake.notify_all()
         if self._cutter is not None:
-            self._cutter.join()
+            # Bounded: a SIGTERM handler may have interrupted this thread
+            # while it held what the cutter needs.
+            self._cutter.join(wait + 1.0)
         if self._sender is not None:
             self._sender.join(max(0.0, self._deadline - time.monotonic()) + 0.5)
         with self._wake:
@@ -686,6 +691,7 @@ class Agent:
         except Exception as e:  # noqa: BLE001 - stopping must not raise at exit
             log.warning("samprof: stopping the profiles failed: %s", e)
         with self._wake:
+            self._cut_finished = True
             self._wake.notify_all()  # the sender may finish now
 
     def _cut(self) -> None:
@@ -718,10 +724,13 @@ class Agent:
                 continue
             try:
                 files.write(part.data)
-                self._counts["files"] += 1
             except OSError as e:
-                self._counts["file_errors"] += 1
-                self._note_error(f"writing to {self.config.directory}: {e}")
+                with self._wake:
+                    self._counts["file_errors"] += 1
+                    self._note_error(f"writing to {self.config.directory}: {e}")
+                continue
+            with self._wake:
+                self._counts["files"] += 1
 
     # -- sending ----------------------------------------------------------------
 
@@ -738,7 +747,7 @@ class Agent:
         failures = 0
         while True:
             with self._wake:
-                while not self._queue and not (self._stopping.is_set() and self._cut_done()):
+                while not self._queue and not self._cut_finished:
                     self._wake.wait()
                 if not self._queue:
                     return
@@ -783,9 +792,6 @@ class Agent:
         del batch[: len(unit)]
         if not batch and self._queue and self._queue[0] is batch:
             self._queue.popleft()
-
-    def _cut_done(self) -> bool:
-        return self._cutter is None or not self._cutter.is_alive()
 
     # -- fork -----------------------------------------------------------------------
 

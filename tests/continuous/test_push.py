@@ -324,6 +324,20 @@ def test_one_agent_per_process():
         samprof.CPUProfiler().profile(0.01)
 
 
+def test_stop_returns_as_soon_as_the_last_part_is_sent():
+    """stop() waits for the sender only while it has something to send:
+    it once waited out the exit timeout (3 s) whenever the sender looked
+    at the cutter before the cutter had ended."""
+    with Receiver() as receiver:
+        for i in range(10):
+            agent = continuous.start(receiver.url, "stop", profiles="cpu", interval=60)
+            t0 = time.monotonic()
+            agent.stop()
+            took = time.monotonic() - t0
+            assert took < 1, f"stop {i} took {took:.2f} s"
+        assert len(receiver.uploads) == 10
+
+
 def test_labels_follow_threads_and_tasks_into_pyroscope_series():
     import asyncio
 
