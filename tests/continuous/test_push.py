@@ -352,13 +352,16 @@ def test_labels_follow_threads_and_tasks_into_pyroscope_series():
         await asyncio.gather(request("/a", 0.3), request("/b", 0.3))
 
     with Receiver() as receiver:
-        agent = continuous.start(receiver.url, "async", profiles="cpu", interval=0.2, hz=500)
+        agent = continuous.start(
+            receiver.url, "async", profiles="cpu", interval=0.2, hz=500, token="s3cret"
+        )
         t = threading.Thread(target=cpu_work, args=(0.3,))
         t.start()
         asyncio.run(main())
         t.join()
         agent.stop()
     cpu = receiver.of("process_cpu")
+    assert {u.headers["authorization"] for u in cpu} == {"Bearer s3cret"}
     routes = {labels.get("route") for u in cpu for labels in u.sample_labels()}
     assert {"/a", "/b", "/cpu"} <= routes
     # Each task's samples carry its own route, not its neighbour's.
