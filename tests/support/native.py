@@ -48,6 +48,22 @@ def native_library(source: str = "reliability.c") -> ctypes.CDLL:
     return ctypes.CDLL(path)
 
 
+def python_library(source: str, out_dir: Path) -> Path:
+    """tests/native/SOURCE, which calls this Python's C API, compiled into
+    a shared library in out_dir (load it with ctypes.PyDLL)."""
+    import sysconfig
+
+    path = out_dir / (os.path.splitext(source)[0] + ".so")
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        ["gcc", "-O1", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{include}", "-o", str(path),
+         os.path.join(NATIVE, source)],
+        check=True,
+        timeout=120,
+    )  # fmt: skip
+    return path
+
+
 def build_driver(
     source: str, core_files: Sequence[str], out_dir: Path, extra: Sequence[str] = ()
 ) -> Path:

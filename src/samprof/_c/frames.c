@@ -16,7 +16,11 @@
 #endif
 #include <frameobject.h>
 
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 /* A frame chain longer than this many entries (including skipped shim and
  * incomplete frames) is treated as a cycle: CPython's own recursion limit
@@ -87,14 +91,63 @@ frames_walk(PyThreadState *tstate, ring_frame_t *out, int max, uint16_t *flags)
 #define FRAMES_INSTR_IS_NEXT 0
 #endif
 
+#if PY_VERSION_HEX < 0x030D0000
+/* Copies n bytes from src, which may be unmapped: 0, or -1 if they cannot
+ * be read. process_vm_readv on our own process is a plain system call
+ * (async-signal-safe) that fails with EFAULT instead of faulting. Where it
+ * is not allowed (seccomp: ENOSYS, EPERM) the bytes are read directly, as
+ * before. */
+static int
+frames_read(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {dst, n};
+    struct iovec remote = {(void *)src, n};
+    int saved_errno = errno; /* callers include allocator hooks */
+    int rc = 0;
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)n) {
+        if (errno == EFAULT) {
+            rc = -1;
+        }
+        else {
+            memcpy(dst, src, n);
+        }
+    }
+    errno = saved_errno;
+    return rc;
+}
+
+/* 3.11 and 3.12 point tstate->cframe at the new C-stack _PyCFrame of
+ * _PyEval_EvalFrameDefault before they write its current_frame (CPython
+ * 3.12.1: 30 instructions apart), so a signal in between finds
+ * uninitialized stack memory there: a pointer that can pass every check
+ * above and still be unmapped. The top frame and its code object's type
+ * are therefore read with frames_read; everything below the top frame was
+ * linked before it became reachable. 1 if the top frame can be followed. */
+static int
+frames_top_readable(_PyInterpreterFrame *f)
+{
+    _PyInterpreterFrame copy;
+    PyTypeObject *type;
+    if (!frames_plausible(f)
+        || frames_read(&copy, f, offsetof(_PyInterpreterFrame, localsplus)) < 0
+        || !frames_plausible(copy.f_code)
+        || frames_read(&type, &((PyObject *)copy.f_code)->ob_type,
+                       sizeof(type))
+               < 0) {
+        return 0;
+    }
+    return type == &PyCode_Type;
+}
+#endif
+
 static inline _PyInterpreterFrame *
 frames_top(PyThreadState *tstate)
 {
 #if PY_VERSION_HEX >= 0x030D0000
     return tstate->current_frame;
 #else
-    /* 3.11 sets tstate->cframe before cframe->current_frame when the
-     * evaluation loop is entered, so cframe must be checked first. */
+    /* tstate->cframe is set before cframe->current_frame (above), so
+     * cframe must be checked first. */
     _PyCFrame *cf = tstate->cframe;
     if (!frames_plausible(cf)) {
         return NULL;
@@ -191,4 +244,18 @@ frames_code_name(PyObject *code)
 #else
     return ((PyCodeObject *)code)->co_name;
 #endif
+}
+
+int
+frames_walk_interrupted(PyThreadState *tstate, ring_frame_t *out, int max,
+                        uint16_t *flags)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+    _PyInterpreterFrame *f = frames_top(tstate);
+    if (f != NULL && !frames_top_readable(f)) {
+        *flags |= RING_TORN;
+        return 0;
+    }
+#endif
+    return frames_walk(tstate, out, max, flags);
 }

@@ -19,6 +19,16 @@
 int frames_walk(PyThreadState *tstate, ring_frame_t *out, int max,
                 uint16_t *flags);
 
+/* frames_walk for a thread interrupted by a signal, which may be anywhere,
+ * even in the few instructions where CPython 3.11 and 3.12 have made a new
+ * C frame current before writing its frame pointer: there the top frame
+ * is read with a system call that fails instead of faulting, and a top
+ * frame that cannot be read makes the sample torn. The other callers
+ * (threads that stopped at a safe point: holding the GIL, or allocating)
+ * use frames_walk. Runs in signal context. */
+int frames_walk_interrupted(PyThreadState *tstate, ring_frame_t *out, int max,
+                            uint16_t *flags);
+
 /* The line executing at byte offset `offset` of `code`.
  * Caller holds the GIL and guarantees code is alive. */
 int frames_line(PyObject *code, int32_t offset);

@@ -158,7 +158,8 @@ sampler_record(sampler_source_t src, uint32_t weight, int32_t tid)
         flags |= RING_NO_PYTHON;
     }
     else {
-        depth = frames_walk(ts, slot->frames, (int)S.ring.max_depth, &flags);
+        depth = frames_walk_interrupted(ts, slot->frames,
+                                        (int)S.ring.max_depth, &flags);
     }
     slot->tid = tid;
     slot->weight = weight;
