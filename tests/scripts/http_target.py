@@ -2,8 +2,9 @@
 
     python http_target.py SECONDS [SERVE_KWARGS_JSON [LOADS]]
 
-Prints one JSON line ({"url", "port", "pid"}) once the server listens, then runs
-three threads until stdin closes or SECONDS pass: cpu_load_for_http burns
+Prints one JSON line ({"url", "port", "pid"}) once the server listens and the
+loads run (the allocating one holds what it keeps), and runs three threads
+until stdin closes or SECONDS pass: cpu_load_for_http burns
 CPU in pure Python, alloc_load_for_http makes and drops bytearrays and
 keeps some (about 20 MB) alive, and an asyncio loop runs two tasks
 suspended in waiting_task_for_http. LOADS (default cpu,alloc,asyncio)
@@ -29,6 +30,11 @@ def cpu_load_for_http(stop):
     return x
 
 
+# Set once alloc_load_for_http holds all it keeps: the process counts as
+# loaded from then on (a heap profile taken earlier may hold none of it).
+holding = threading.Event()
+
+
 def alloc_load_for_http(stop):
     kept = []
     while not stop.is_set():
@@ -36,6 +42,8 @@ def alloc_load_for_http(stop):
             block = bytearray(64 * 1024)
             if len(kept) < 300:
                 kept.append(block)
+        if len(kept) == 300:
+            holding.set()
         stop.wait(0.001)
     return len(kept)
 
@@ -57,7 +65,6 @@ def main():
     seconds = float(sys.argv[1])
     kwargs = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     server = samprof.serve(port=0, **kwargs)
-    print(json.dumps({"url": server.url, "port": server.port, "pid": os.getpid()}), flush=True)
     loads = (sys.argv[3] if len(sys.argv) > 3 else "cpu,alloc,asyncio").split(",")
     stop = threading.Event()
     threads = [
@@ -71,6 +78,9 @@ def main():
     ]
     for t in threads:
         t.start()
+    if "alloc" in loads:
+        holding.wait(30)
+    print(json.dumps({"url": server.url, "port": server.port, "pid": os.getpid()}), flush=True)
     waiter = threading.Thread(target=sys.stdin.read, daemon=True)
     waiter.start()
     waiter.join(seconds)
