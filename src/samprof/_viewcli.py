@@ -43,25 +43,19 @@ def add_parsers(commands: Any, positive_int: Callable[[str], int]) -> None:
             + ", or directories of them; several are merged",
         )
 
-    def sample_type(parser: argparse.ArgumentParser) -> None:
+    def sample_type(
+        parser: argparse.ArgumentParser,
+        what: str = "sample type, e.g. cpu, samples, inuse_space or alloc_space (default: "
+        "the profile's default), as go tool pprof -sample_index",
+    ) -> None:
         parser.add_argument(
-            "-i",
-            "--sample-index",
-            "--sample-type",
-            dest="sample_type",
-            metavar="TYPE",
-            help="sample type, e.g. cpu, samples, inuse_space or alloc_space (default: "
-            "the profile's default), as go tool pprof -sample_index",
+            "-i", "--sample-index", "--sample-type", dest="sample_type", metavar="TYPE", help=what
         )
 
     def kind(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "-i",
-            "--sample-index",
-            "--sample-type",
-            dest="sample_type",
-            metavar="TYPE",
-            help="where the files are of several kinds (a continuous agent's directory), "
+        sample_type(
+            parser,
+            "where the files are of several kinds (a continuous agent's directory), "
             "read those with this sample type, e.g. cpu or inuse_space",
         )
 

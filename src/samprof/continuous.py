@@ -124,14 +124,13 @@ _RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 class Part:
     """One profile of one interval, ready to send."""
 
-    __slots__ = ("kind", "data", "time_ns", "duration_ns", "seq")
+    __slots__ = ("kind", "data", "time_ns", "duration_ns")
 
-    def __init__(self, kind: str, data: bytes, time_ns: int, duration_ns: int, seq: int) -> None:
+    def __init__(self, kind: str, data: bytes, time_ns: int, duration_ns: int) -> None:
         self.kind = kind
         self.data = data  # gzipped pprof
         self.time_ns = time_ns
         self.duration_ns = duration_ns
-        self.seq = seq
 
     @property
     def until_ns(self) -> int:
@@ -377,18 +376,18 @@ class _Sources:
             heap._delta()  # the first part starts now
             self.heap = heap
 
-    def cut(self, seq: int) -> List[Part]:
+    def cut(self) -> List[Part]:
         parts: List[Part] = []
         if self.time is not None and self.time.running:
             both = "cpu" in self.kinds and "wall" in self.kinds
             raw, cpu, t, d = self.time._cut(cpu_part=both, thread_labels=False)
             kind = "wall" if isinstance(self.time, WallProfiler) else "cpu"
-            parts.append(Part(kind, _gzip(raw), t, d, seq))
+            parts.append(Part(kind, _gzip(raw), t, d))
             if both:
-                parts.append(Part("cpu", _gzip(cpu), t, d, seq))
+                parts.append(Part("cpu", _gzip(cpu), t, d))
         if self.heap is not None and self.heap.running:
             raw, t, d = self.heap._delta()
-            parts.append(Part("heap", _gzip(raw), t, d, seq))
+            parts.append(Part("heap", _gzip(raw), t, d))
         return parts
 
     def stop(self) -> None:
@@ -599,7 +598,6 @@ class Agent:
         self._wake = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
         self._deadline: Optional[float] = None  # of the uploads at stop
-        self._seq = 0
         self._counts: Dict[str, int] = collections.Counter()
         self._last_error: Optional[str] = None
         self._cutter: Optional[threading.Thread] = None
@@ -696,11 +694,10 @@ class Agent:
 
     def _cut(self) -> None:
         try:
-            parts = self._sources.cut(self._seq)
+            parts = self._sources.cut()
         except Exception as e:  # noqa: BLE001 - keep the agent alive
             log.warning("samprof: cutting the profiles failed: %s", e)
             return
-        self._seq += 1
         if not parts:
             return
         self._write_files(parts)
