@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional
 
 from samprof._middleware import set_route
 from samprof.http import Request, Response, _MountedApp
 from samprof.wsgi import _MAX_BODY, _sub_path
 
-__all__ = ["PprofApp", "ProfilerMiddleware", "set_route"]
+__all__ = ["DebugMiddleware", "PprofApp", "ProfilerMiddleware", "set_route"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Dict[str, Any]]]
@@ -278,3 +278,104 @@ class _RoutedScope(dict):
 def _route_found(path: Any) -> None:
     if isinstance(path, str):
         set_route(path)
+
+
+class DebugMiddleware:
+    """Runs an HTTP request under a DBGP debugger when it asks for one; the
+    options and the trigger are :class:`samprof.wsgi.DebugMiddleware`'s::
+
+        app = samprof.asgi.DebugMiddleware(app, enabled=True)
+
+    A debugged request runs in a thread of its own, on an event loop of its
+    own, with ``receive`` and ``send`` passed back to the server's loop: a
+    request stopped at a breakpoint stops that thread only, and the
+    server's loop goes on serving every other request. Code that shares
+    loop-bound objects (a connection pool made on the server's loop)
+    between requests may not work from the debugged request's loop.
+    """
+
+    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
+        from samprof.debug import Gate
+
+        self.app = app
+        self.gate = Gate(**options)
+
+    @property
+    def enabled(self) -> bool:
+        return self.gate.enabled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.gate.enabled:
+            await self.app(scope, receive, send)
+            return
+        cookies = ""
+        for name, value in scope.get("headers", ()):
+            if name == b"cookie":
+                cookies = value.decode("latin-1")
+        idekey = self.gate.idekey_of(scope.get("query_string", b"").decode("latin-1"), cookies)
+        if idekey is None:
+            await self.app(scope, receive, send)
+            return
+        await _debugged(self, idekey, scope, receive, send)
+
+
+async def _debugged(
+    middleware: DebugMiddleware, idekey: str, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """One request under the debugger, in a thread and loop of its own."""
+    from samprof import debug
+
+    loop = asyncio.get_running_loop()
+    done: "asyncio.Future[str]" = loop.create_future()
+    started = False
+    errors: List[BaseException] = []
+
+    async def send_here(message: Dict[str, Any]) -> None:
+        nonlocal started
+        if message.get("type") == "http.response.start":
+            started = True
+        await send(message)
+
+    async def receive_there() -> Dict[str, Any]:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(receive(), loop))
+
+    async def send_there(message: Dict[str, Any]) -> None:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send_here(message), loop))
+
+    def finish(outcome: str) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    def run() -> None:
+        outcome = "ok"
+        try:
+            session = middleware.gate.open(idekey, debug.app_uri(middleware.app))
+            if session is None:
+                outcome = "no session"
+            else:
+                session.call(asyncio.run, middleware.app(scope, receive_there, send_there))
+        except debug.Stopped:
+            outcome = "stopped"
+        except BaseException as e:
+            # The server sees the application's error as it would have.
+            outcome = "failed"
+            errors.append(e)
+        loop.call_soon_threadsafe(finish, outcome)
+
+    threading.Thread(target=run, name="samprof.debug request", daemon=True).start()
+    outcome = await done
+    if outcome == "no session":
+        await middleware.app(scope, receive, send)
+    elif outcome == "failed":
+        raise errors[0]
+    elif outcome == "stopped" and not started:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+            }
+        )
+        await send(
+            {"type": "http.response.body", "body": b"The request was stopped from the debugger.\n"}
+        )

@@ -70,6 +70,7 @@ _MODE_CLASSES = {"cpu": "CPUProfiler", "wall": "WallProfiler", "heap": "HeapProf
 _RUN_VALUE_OPTIONS = {
     "record": ("--hz", "--rate", "--mode", "--engine", "--signal", "-o", "--output", "-m"),
     "serve": ("--listen", "--token-file", "--max-seconds", "--push", "-m"),
+    "debug": ("--host", "--port", "--idekey", "-m"),
 }
 # Where `samprof serve` listens by default: Go's customary pprof port.
 _DEFAULT_LISTEN = "127.0.0.1:6060"
@@ -243,7 +244,29 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
         help="list the processes that serve now (from their discovery files) and exit",
     )
     serve.add_argument("-m", dest="module", metavar="module", help="run a library module")
-    return parser, {"record": record, "serve": serve}
+
+    debug = commands.add_parser(
+        "debug",
+        help="run a Python program under a DBGP debugger (Komodo, Vdebug, VS Code)",
+        usage=(
+            f"{_PROG} debug [options] [--] script.py [args ...]\n"
+            f"       {_PROG} debug [options] -m module [args ...]"
+        ),
+        description=(
+            "Run a Python script or module as python would, under a DBGP debugger engine "
+            "that connects to the IDE listening at --host:--port and waits there, before "
+            "the program's first line, for the IDE's commands (step_into stops at that "
+            "line, run goes to the first breakpoint)."
+        ),
+        allow_abbrev=False,
+    )
+    debug.add_argument("--host", help="where the IDE listens (default 127.0.0.1)")
+    debug.add_argument("--port", type=_positive_int, help="the IDE's port (default 9003)")
+    debug.add_argument(
+        "--idekey", help="the IDE key sent to the IDE (default $DBGP_IDEKEY, else none)"
+    )
+    debug.add_argument("-m", dest="module", metavar="module", help="run a library module")
+    return parser, {"record": record, "serve": serve, "debug": debug}
 
 
 def _split_run_args(command: str, args: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -403,12 +426,18 @@ def _run_script(script: str) -> None:
     _exec_as_main(code, __file__=filename, __cached__=None, __loader__=loader)
 
 
-def _run_as_main(script: Optional[str], module: Optional[str], argv: List[str]) -> int:
+def _run_as_main(
+    script: Optional[str],
+    module: Optional[str],
+    argv: List[str],
+    passes: Tuple[type, ...] = (),
+) -> int:
     """Run the script or module as ``__main__`` with ``argv`` as its
     arguments and return the exit status python would give it.
 
     An exception the program does not handle goes to sys.excepthook (which
-    prints it) with samprof's and runpy's frames cut off.
+    prints it) with samprof's and runpy's frames cut off; those of the
+    classes ``passes`` go to the caller.
     """
     try:
         if module is not None:
@@ -421,6 +450,8 @@ def _run_as_main(script: Optional[str], module: Optional[str], argv: List[str]) 
             _run_script(script)
     except SystemExit as e:
         return _exit_status(e.code)
+    except passes:
+        raise
     except BaseException as e:
         # The default hook prints e.__traceback__ whatever it is passed.
         tb = _strip_runner_frames(e.__traceback__)
@@ -610,6 +641,35 @@ def _serve(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List
     return _run_as_main(script, module, target_argv)
 
 
+def _debug(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]) -> int:
+    script, module, target_argv = _target(parser, opts, rest)
+    from samprof import debug
+
+    status = _prepare_target(script, module)
+    if status is not None:
+        return status
+    try:
+        host, port = debug._address(opts.host, opts.port)
+    except ValueError as e:
+        return _error(str(e))
+    if script is not None:
+        path = os.path.abspath(script)
+    else:
+        spec = importlib.util.find_spec(module) if module else None
+        path = (spec.origin if spec is not None else None) or ""
+    try:
+        session = debug.Session.open(host, port, opts.idekey, debug.file_uri(path), timeout=5.0)
+    except OSError as e:
+        return _error(f"no IDE listening at {host}:{port}: {e.strerror or e}")
+    try:
+        return session.call(
+            _run_as_main, script, module, target_argv, passes=(debug.Stopped,)
+        )
+    except debug.Stopped:
+        print(f"{_PROG}: the program was stopped from the debugger", file=sys.stderr)
+        return 1
+
+
 def _start_agent(url: Optional[str]) -> Optional[int]:
     """Starts the continuous agent (samprof serve --push, or the
     SAMPROF_PUSH_* variables); an exit status if it cannot start."""
@@ -682,6 +742,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _record(subparsers["record"], opts, rest)
     if opts.command == "serve":
         return _serve(subparsers["serve"], opts, rest)
+    if opts.command == "debug":
+        return _debug(subparsers["debug"], opts, rest)
     from samprof import _viewcli
 
     return _viewcli.run(opts)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from samprof._middleware import set_route
 from samprof.http import Request, _MountedApp
 
-__all__ = ["PprofApp", "ProfilerMiddleware", "set_route"]
+__all__ = ["DebugMiddleware", "PprofApp", "ProfilerMiddleware", "set_route"]
 
 _MAX_BODY = 1 << 20
 _PREFIX = "/debug/pprof"
@@ -249,3 +249,74 @@ class _Body:
         end, self._end = self._end, None
         if end is not None:
             end()
+
+
+class DebugMiddleware:
+    """Runs a request under a DBGP debugger when it asks for one::
+
+        app.wsgi_app = samprof.wsgi.DebugMiddleware(app.wsgi_app, enabled=True)
+
+    A request with ``?XDEBUG_SESSION_START=<idekey>`` or the cookie
+    ``XDEBUG_SESSION=<idekey>`` (what the IDEs' browser extensions set)
+    connects to the IDE listening at ``host``:``port`` (127.0.0.1:9003) and
+    runs there under :mod:`samprof.debug`, which traces the thread serving
+it alone: the IDE sets
+    breakpoints, steps, reads and sets variables. The response body is
+    produced under the debugger too and sent when the session ends, so a
+    streamed response arrives whole. Every other request runs untouched.
+    If no IDE answers within ``connect_timeout`` (0.5 s) the request runs
+    normally and a warning is logged; an IDE that goes away mid-request
+    leaves the request to finish. ``stop`` from the IDE ends the request
+    with a 500 response (or, once the response started, cuts it short).
+
+    Off unless ``enabled`` (or ``SAMPROF_DEBUG=1``), and it refuses to turn
+    on where the environment says production (:class:`samprof.debug.Gate`
+    lists the variables) unless ``force``: ``eval`` and ``property_set`` in
+    the IDE run any code in the server. For development only.
+    """
+
+    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
+        from samprof.debug import Gate
+
+        self.app = app
+        self.gate = Gate(**options)
+
+    @property
+    def enabled(self) -> bool:
+        return self.gate.enabled
+
+    def __call__(
+        self, environ: Dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        idekey = self.gate.idekey_of(environ.get("QUERY_STRING", ""), environ.get("HTTP_COOKIE", ""))
+        if idekey is None:
+            return self.app(environ, start_response)
+        from samprof import debug
+
+        session = self.gate.open(idekey, debug.app_uri(self.app))
+        if session is None:
+            return self.app(environ, start_response)
+        started: List[bool] = []
+
+        def starting(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+            started.append(True)
+            return start_response(status, headers, exc_info)
+
+        def respond() -> List[bytes]:
+            body = self.app(environ, starting)
+            try:
+                return list(body)
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+
+        try:
+            return session.call(respond)
+        except debug.Stopped:
+            if started:
+                return []
+            start_response(
+                "500 Internal Server Error", [("Content-Type", "text/plain; charset=utf-8")]
+            )
+            return [b"The request was stopped from the debugger.\n"]
