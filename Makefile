@@ -244,8 +244,14 @@ format: ## Rewrite Python (ruff format) and C (clang-format) in place.
 	    echo "note: $(CLANG_FORMAT) not installed; C left as it is"; \
 	fi
 
+# Komodo's IDE-side DBGP library (Python 2 code) drives the debugger's
+# engine in tests/debug/test_komodo.py.
+PY27 ?= $(call find_python,2.7)
+KOMODO_DIR = build/komodo-pydbgp
+KOMODO_VERSION = 10.2.2.89895
+
 .PHONY: deps
-deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format, Chromium for the flame page tests, openssl for the TLS tests) with apt.
+deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-format, Chromium for the flame page tests, openssl for the TLS tests) with apt, and Komodo's DBGP library for Python 2.7.
 	@missing=; \
 	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
@@ -272,6 +278,14 @@ deps: ## Install missing system tools (Go for `go tool pprof`, valgrind, clang-f
 	    echo "deps: missing$$missing; install them (tests that read" \
 	         "profiles with go tool pprof fail without Go, the flame page" \
 	         "tests without Chromium)" >&2; \
+	fi
+	@if [ -z "$(PY27)" ]; then \
+	    echo "deps: no Python 2.7 (pyenv install 2.7.18): the DBGP test driven by" \
+	         "Komodo's IDE library fails without it" >&2; \
+	elif [ ! -d $(KOMODO_DIR)/dbgp ]; then \
+	    echo "deps: komodo-pydbgp for $(PY27) into $(KOMODO_DIR)"; \
+	    $(PY27) -m pip install --quiet --disable-pip-version-check --no-input \
+	        --target $(KOMODO_DIR) komodo-pydbgp==$(KOMODO_VERSION); \
 	fi
 
 # THE test command (README, .ci/run): every stage CI runs, in order

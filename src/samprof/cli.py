@@ -661,10 +661,9 @@ def _debug(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List
         session = debug.Session.open(host, port, opts.idekey, debug.file_uri(path), timeout=5.0)
     except OSError as e:
         return _error(f"no IDE listening at {host}:{port}: {e.strerror or e}")
+    session.entry_file = path
     try:
-        return session.call(
-            _run_as_main, script, module, target_argv, passes=(debug.Stopped,)
-        )
+        return session.call(_run_as_main, script, module, target_argv, passes=(debug.Stopped,))
     except debug.Stopped:
         print(f"{_PROG}: the program was stopped from the debugger", file=sys.stderr)
         return 1

@@ -132,13 +132,13 @@ def parse_command(line: str) -> Tuple[str, Dict[str, str], Optional[str]]:
             i += 1
             continue
         if rest[i] != "-" or i + 1 >= n:
-            raise _CommandError(E_PARSE, f"expected an option at {rest[i:i + 20]!r}")
+            raise _CommandError(E_PARSE, f"expected an option at {rest[i : i + 20]!r}")
         letter = rest[i + 1]
         if letter == "-":
             data = rest[i + 2 :].strip()
             break
         if not (i + 2 == n or rest[i + 2] == " "):
-            raise _CommandError(E_PARSE, f"bad option {rest[i:i + 20]!r}")
+            raise _CommandError(E_PARSE, f"bad option {rest[i : i + 20]!r}")
         i += 3
         if i < n and rest[i] == '"':
             value, i = _quoted(rest, i)
@@ -322,7 +322,9 @@ def _value_text(value: object) -> str:
         return f"<repr failed: {type(e).__name__}: {e}>"
 
 
-def _children(value: object, fullname: str, hidden: bool) -> Optional[Tuple[int, Callable[[int, int], List[Tuple[str, str, object]]]]]:
+def _children(
+    value: object, fullname: str, hidden: bool
+) -> Optional[Tuple[int, Callable[[int, int], List[Tuple[str, str, object]]]]]:
     """(number of children, page(start, stop) -> [(name, fullname, value)])
     of a value that has any, else None. Nothing is iterated that could run
     the program's code (generators, iterators)."""
@@ -349,7 +351,8 @@ def _children(value: object, fullname: str, hidden: bool) -> Optional[Tuple[int,
     if isinstance(value, (set, frozenset)):
         items = list(value)
         return len(items), lambda start, stop: [
-            (str(i), f"list({fullname})[{i}]", items[i]) for i in range(start, min(stop, len(items)))
+            (str(i), f"list({fullname})[{i}]", items[i])
+            for i in range(start, min(stop, len(items)))
         ]
     try:
         names = [n for n in vars(value) if isinstance(n, str)]
@@ -358,7 +361,11 @@ def _children(value: object, fullname: str, hidden: bool) -> Optional[Tuple[int,
     for cls in type(value).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for slot in [slots] if isinstance(slots, str) else slots:
-            if slot not in names and slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+            if (
+                slot not in names
+                and slot not in ("__dict__", "__weakref__")
+                and hasattr(value, slot)
+            ):
                 names.append(slot)
     if not hidden:
         names = [n for n in names if not (n.startswith("__") and n.endswith("__"))]
@@ -567,6 +574,9 @@ class Session:
         self._frame: Optional[types.FrameType] = None
         self._exception: Optional[BaseException] = None
         self._boundary: Optional[types.FrameType] = None
+        # The file whose first line the first step_into stops at (the
+        # runner's script: not the standard library its runner calls first).
+        self.entry_file: Optional[str] = None
         self._reader: Optional[threading.Thread] = None
 
     # ---- lifecycle
@@ -682,7 +692,9 @@ class Session:
 
     # ---- tracing
 
-    def _trace_call(self, frame: types.FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+    def _trace_call(
+        self, frame: types.FrameType, event: str, arg: Any
+    ) -> Optional[Callable[..., Any]]:
         """The thread's trace function, called at each new frame: trace the
         frames that stepping or a breakpoint needs, leave the rest alone."""
         if self._stop_requested:
@@ -713,7 +725,9 @@ class Session:
             self._internal_error()
         return None
 
-    def _trace_frame(self, frame: types.FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+    def _trace_frame(
+        self, frame: types.FrameType, event: str, arg: Any
+    ) -> Optional[Callable[..., Any]]:
         """The trace function of a traced frame."""
         if self._stop_requested:
             self._stopped()
@@ -737,7 +751,11 @@ class Session:
                     self._untrace()
             elif event == "exception":
                 exception = arg[1]
-                if self._exception_bps and arg[2].tb_next is None and self._exception_breakpoint(arg[0]):
+                if (
+                    self._exception_bps
+                    and arg[2].tb_next is None
+                    and self._exception_breakpoint(arg[0])
+                ):
                     self._stop(frame, "exception", exception)
         except Stopped:
             raise
@@ -761,7 +779,11 @@ class Session:
             return True
         mode = self._mode
         if mode == "step_into":
-            return True
+            if self.entry_file is None:
+                return True
+            if frame.f_code.co_filename == self.entry_file:
+                self.entry_file = None
+                return True
         if mode == "step_over" and frame is self._step_frame:
             return True
         if frame is self._entry_frame:
@@ -772,7 +794,9 @@ class Session:
         if path not in self._bp_files:
             return False
         stop = False
-        candidates = self._line_index.get((path, frame.f_lineno), []) + self._file_conditions.get(path, [])
+        candidates = self._line_index.get((path, frame.f_lineno), []) + self._file_conditions.get(
+            path, []
+        )
         for bp in candidates:
             if bp.state != "enabled":
                 continue
@@ -807,17 +831,24 @@ class Session:
             names.add(f"{base.__module__}.{base.__qualname__}")
         stop = False
         for bp in list(self._exception_bps):
-            if bp.state == "enabled" and (bp.exception == "*" or bp.exception in names) and bp.hit():
+            if (
+                bp.state == "enabled"
+                and (bp.exception == "*" or bp.exception in names)
+                and bp.hit()
+            ):
                 stop = True
                 if bp.temporary:
                     self._remove(bp.id)
         return stop
 
-    def _stop(self, frame: types.FrameType, reason: str, exception: Optional[BaseException] = None) -> None:
+    def _stop(
+        self, frame: types.FrameType, reason: str, exception: Optional[BaseException] = None
+    ) -> None:
         """Stop here: tell the IDE (the answer to its continuation) and run
         its commands until it resumes."""
         self._frame = frame
         self._exception = exception
+        self.entry_file = None
         self._mode = "run"
         self._step_frame = None
         self.state = "break"
@@ -893,7 +924,9 @@ class Session:
         if sys.gettrace() == self._trace_call:
             sys.settrace(None)
 
-    def _answer_while_running(self, name: str, options: Dict[str, str], data: Optional[str]) -> None:
+    def _answer_while_running(
+        self, name: str, options: Dict[str, str], data: Optional[str]
+    ) -> None:
         """The commands DBGP allows while the program runs (async): status,
         break, and the ones that touch no frame."""
         txid = options.get("i", "")
@@ -1007,16 +1040,21 @@ class Session:
         self._send_raw(_response(name, txid, **attributes) + "</response>")
 
     def _send_error(self, name: str, txid: str, error: _CommandError) -> None:
+        message = escape(_xml_text(error.message))
         self._send_raw(
             _response(name, txid)
-            + f'<error code="{error.code}"><message>{escape(_xml_text(error.message))}</message></error>'
+            + f'<error code="{error.code}"><message>{message}</message></error>'
             + "</response>"
         )
 
     def send_stream(self, kind: str, text: str) -> None:
         """Output of the debugged thread, to the IDE (stdout/stderr -c 1|2)."""
         if self._active and self.state == "running":
-            self._wire.send(f'<stream xmlns="{_NS}"' + _attrs(type=kind, encoding="base64") + f">{_b64(text)}</stream>")
+            self._wire.send(
+                f'<stream xmlns="{_NS}"'
+                + _attrs(type=kind, encoding="base64")
+                + f">{_b64(text)}</stream>"
+            )
 
     # ---- breakpoints
 
@@ -1122,15 +1160,20 @@ class Session:
         return f"<property{_attrs(**attributes)}>{encoded}{inner}</property>"
 
 
+_TRANSACTION = re.compile(r"\s-i\s+(\d+)")
+
+
 def _transaction_of(line: str) -> str:
-    try:
-        return parse_command(line)[1].get("i", "")
-    except _CommandError:
-        return ""
+    """The transaction id of a command that cannot be parsed, to answer it
+    with its error."""
+    found = _TRANSACTION.search(line)
+    return found.group(1) if found else ""
 
 
 def _response(name: str, txid: str, **attributes: object) -> str:
-    return f'<response xmlns="{_NS}"' + _attrs(command=name, transaction_id=txid, **attributes) + ">"
+    return (
+        f'<response xmlns="{_NS}"' + _attrs(command=name, transaction_id=txid, **attributes) + ">"
+    )
 
 
 def _int_option(options: Dict[str, str], letter: str, default: int) -> int:
@@ -1181,7 +1224,9 @@ def _status(s: Session, name: str, txid: str, options: Dict[str, str], data: Opt
     return _response(name, txid, status=s.state, reason=s.reason) + "</response>"
 
 
-def _feature_get(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _feature_get(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     feature = _required(options, "n", "feature name")
     if feature == "encoding":
         value: Optional[str] = "UTF-8"
@@ -1194,10 +1239,16 @@ def _feature_get(s: Session, name: str, txid: str, options: Dict[str, str], data
     else:
         value = None
     supported = int(value is not None)
-    return _response(name, txid, feature_name=feature, supported=supported) + escape(value or "") + "</response>"
+    return (
+        _response(name, txid, feature_name=feature, supported=supported)
+        + escape(value or "")
+        + "</response>"
+    )
 
 
-def _feature_set(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _feature_set(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     feature = _required(options, "n", "feature name")
     value = _required(options, "v", "value")
     if feature == "encoding":
@@ -1220,7 +1271,9 @@ def _feature_set(s: Session, name: str, txid: str, options: Dict[str, str], data
     return _response(name, txid, feature=feature, success=success) + "</response>"
 
 
-def _typemap_get(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _typemap_get(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     maps = "".join(
         "<map" + _attrs(type=common, name=language, xsi__type=schema) + "/>"
         for _, language, common, schema in _TYPES
@@ -1237,7 +1290,9 @@ def _typemap_get(s: Session, name: str, txid: str, options: Dict[str, str], data
     )
 
 
-def _breakpoint_set(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _breakpoint_set(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     bp_type = _required(options, "t", "type")
     if bp_type not in _BREAKPOINT_TYPES:
         raise _CommandError(E_BREAKPOINT_TYPE, f"breakpoint type {bp_type} is not supported")
@@ -1305,11 +1360,15 @@ def _breakpoint(s: Session, options: Dict[str, str]) -> _Breakpoint:
     return bp
 
 
-def _breakpoint_get(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _breakpoint_get(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     return _response(name, txid) + _breakpoint(s, options).xml() + "</response>"
 
 
-def _breakpoint_update(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _breakpoint_update(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     bp = _breakpoint(s, options)
     if "n" in options and bp.path is not None:
         lineno = _int_option(options, "n", 0)
@@ -1320,23 +1379,33 @@ def _breakpoint_update(s: Session, name: str, txid: str, options: Dict[str, str]
     return _response(name, txid) + "</response>"
 
 
-def _breakpoint_remove(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _breakpoint_remove(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     bp = _breakpoint(s, options)
     s._remove(bp.id)
     return _response(name, txid) + bp.xml() + "</response>"
 
 
-def _breakpoint_list(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
-    return _response(name, txid) + "".join(bp.xml() for bp in s.breakpoints.values()) + "</response>"
+def _breakpoint_list(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
+    return (
+        _response(name, txid) + "".join(bp.xml() for bp in s.breakpoints.values()) + "</response>"
+    )
 
 
-def _stack_depth(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _stack_depth(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     if s._frame is None:
         raise _CommandError(E_STATE, f"no stack in state {s.state}")
     return _response(name, txid, depth=len(s._frames())) + "</response>"
 
 
-def _stack_get(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _stack_get(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     if s._frame is None:
         raise _CommandError(E_STATE, f"no stack in state {s.state}")
     frames = list(enumerate(s._frames()))
@@ -1363,7 +1432,9 @@ def _stack_get(s: Session, name: str, txid: str, options: Dict[str, str], data: 
     )
 
 
-def _context_names(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _context_names(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     return (
         _response(name, txid)
         + "".join(f"<context{_attrs(name=n, id=i)}/>" for i, n in enumerate(_CONTEXTS))
@@ -1371,7 +1442,9 @@ def _context_names(s: Session, name: str, txid: str, options: Dict[str, str], da
     )
 
 
-def _context_get(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _context_get(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     frame, context = s._scope(options)
     if context == 0 and frame.f_code.co_name != "<module>":
         variables = dict(frame.f_locals)
@@ -1397,7 +1470,9 @@ def _property_value_of(s: Session, options: Dict[str, str]) -> Tuple[str, object
         raise _CommandError(E_PROPERTY, f"cannot get {fullname}: {type(e).__name__}: {e}") from None
 
 
-def _property_get(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _property_get(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     fullname, value = _property_value_of(s, options)
     page = _int_option(options, "p", 0)
     max_data = _int_option(options, "m", s.max_data)
@@ -1417,7 +1492,9 @@ def _short_name(fullname: str) -> str:
     return fullname
 
 
-def _property_value(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _property_value(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     _, value = _property_value_of(s, options)
     text = _value_text(value).encode("utf-8", "replace")
     size = len(text)
@@ -1431,7 +1508,9 @@ def _property_value(s: Session, name: str, txid: str, options: Dict[str, str], d
     )
 
 
-def _property_set(s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]) -> str:
+def _property_set(
+    s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
+) -> str:
     frame, context = s._scope(options)
     fullname = _required(options, "n", "name")
     text = _b64decode(data or "")
@@ -1441,7 +1520,9 @@ def _property_set(s: Session, name: str, txid: str, options: Dict[str, str], dat
         try:
             value = s._evaluate(frame, context, text)
         except Exception as e:
-            raise _CommandError(E_EVAL, f"cannot evaluate {text!r}: {type(e).__name__}: {e}") from None
+            raise _CommandError(
+                E_EVAL, f"cannot evaluate {text!r}: {type(e).__name__}: {e}"
+            ) from None
     try:
         _assign(frame, context, fullname, value)
         success = 1
@@ -1467,7 +1548,11 @@ def _assign(frame: types.FrameType, context: int, fullname: str, value: object) 
         return
     namespace = dict(frame.f_locals) if context == 0 else {}
     namespace["__samprof_value__"] = value
-    exec(compile(f"{fullname} = __samprof_value__", "<property_set>", "exec"), frame.f_globals, namespace)
+    exec(
+        compile(f"{fullname} = __samprof_value__", "<property_set>", "exec"),
+        frame.f_globals,
+        namespace,
+    )
 
 
 def _set_local(frame: types.FrameType, name: str, value: object) -> None:
@@ -1563,9 +1648,7 @@ _STOPPED: Dict[str, Callable[..., str]] = {
     "eval": _eval,
     "source": _source,
 }
-_COMMAND_NAMES = frozenset(
-    [*_ANYTIME, *_STOPPED, *_CONTINUATIONS, "stop", "detach", "break"]
-)
+_COMMAND_NAMES = frozenset([*_ANYTIME, *_STOPPED, *_CONTINUATIONS, "stop", "detach", "break"])
 
 
 class _StreamTee:
@@ -1633,7 +1716,9 @@ def connect(
     try:
         session = Session.open(host, port, idekey, file_uri(caller.f_code.co_filename), timeout)
     except OSError as e:
-        log.warning("samprof.debug: no IDE at %s:%s (%s); going on without the debugger", host, port, e)
+        log.warning(
+            "samprof.debug: no IDE at %s:%s (%s); going on without the debugger", host, port, e
+        )
         return False
     session._interact()
     if session._stop_requested:
@@ -1770,7 +1855,7 @@ class Gate:
 def app_uri(app: object) -> str:
     """The file URI the ``init`` packet names for an application: the file
     of its code, else the program's."""
-    for candidate in (app, getattr(app, "__call__", None)):
+    for candidate in (app, type(app).__call__):
         code = getattr(getattr(candidate, "__func__", candidate), "__code__", None)
         if code is not None and not _hidden(code.co_filename):
             return file_uri(os.path.abspath(code.co_filename))

@@ -4,6 +4,7 @@ find a line by the tag in its comment (support.debugging.line_of)."""
 from __future__ import annotations
 
 
+# Nothing runs on this line.  # LINE comment
 class Point:
     def __init__(self, x, y):
         self.x = x

@@ -102,18 +102,26 @@ class Engine:
         error = packet.find(tag("error"))
         if error is not None:
             message = error.find(tag("message"))
-            raise DBGPError(int(error.get("code", "-1")), message.text if message is not None else "")
+            raise DBGPError(
+                int(error.get("code", "-1")), message.text if message is not None else ""
+            )
         return packet
 
-    def command(self, name: str, *args: str, data: Optional[str] = None, timeout: Optional[float] = None) -> ET.Element:
+    def command(
+        self, name: str, *args: str, data: Optional[str] = None, timeout: Optional[float] = None
+    ) -> ET.Element:
         return self.response(name, self.send(name, *args, data=data), timeout)
 
     def error_code(self, name: str, *args: str, data: Optional[str] = None) -> int:
+        return self.error_code_of_sent(name, self.send(name, *args, data=data))
+
+    def error_code_of_sent(self, name: str, txid: str) -> int:
+        """The error code of the response to a command already sent."""
         try:
-            self.command(name, *args, data=data)
+            self.response(name, txid)
         except DBGPError as e:
             return e.code
-        raise AssertionError(f"{name} {args} succeeded")
+        raise AssertionError(f"{name} (transaction {txid}) succeeded")
 
     def stopped_at(self, response: ET.Element) -> int:
         """The line of a break response."""

@@ -9,7 +9,7 @@ from typing import Dict
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lines(path: str) -> Dict[str, int]:
     found = {}
     with open(path) as f:
