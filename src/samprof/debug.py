@@ -700,6 +700,7 @@ class Session:
         if self._stop_requested:
             self._stopped()
         if not self._active:
+            self._untrace()
             return None
         code = frame.f_code
         if _hidden(code.co_filename):
@@ -946,6 +947,10 @@ class Session:
                 self._wire.close()
             elif name in _ANYTIME:
                 self._send_raw(_ANYTIME[name](self, name, txid, options, data))
+                if name.startswith("breakpoint_"):
+                    # Frames already running were traced, or not, for the
+                    # breakpoints they knew of when they started.
+                    self._arm_thread()
             else:
                 raise _CommandError(E_STATE, f"{name} is not available while the program runs")
         except _CommandError as e:
@@ -1811,7 +1816,7 @@ class Gate:
         if self.enabled:
             log.warning(
                 "samprof.debug: requests with %s or the %s cookie run under a debugger "
-                "connected to %s:%s; a development tool, never for production",
+                "that connects to an IDE at %s:%s; a development tool, never for production",
                 param,
                 cookie,
                 self.host,

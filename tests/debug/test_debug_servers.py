@@ -9,7 +9,8 @@ import re
 import sys
 import time
 
-from support import SCRIPTS
+import pytest
+from support import SANITIZED, SCRIPTS
 from support.dbgp import InThread, listening, tag, unb64
 from support.debugging import line_of, uri_of
 from support.httpclient import get
@@ -17,6 +18,9 @@ from support.processes import child_env
 from support.servers import GUNICORN_LISTENING, UVICORN_LISTENING, running
 
 APP = "debug_wsgi_app.py"
+
+# The engine is pure Python: the sanitizer build adds nothing here but time.
+pytestmark = pytest.mark.skipif(SANITIZED, reason="no C code of samprof's runs in these tests")
 
 
 def line(name: str, script: str = APP) -> str:

@@ -282,6 +282,12 @@ def test_break_while_running_and_status():
         assert stopped.get("status") == "break"
         (frame,) = e.command("stack_get").findall(tag("stack"))
         assert frame.get("where").endswith("spin")
+        # A breakpoint set while the program runs holds in the frame that
+        # was already running.
+        run = e.send("run")
+        wait_line = spin.__code__.co_firstlineno + 2
+        e.command("breakpoint_set", "-t", "line", "-f", "file://" + __file__, "-n", str(wait_line))
+        assert e.stopped_at(e.response("run", run)) == wait_line
         stop_spinning.set()
         e.command("detach")
         assert thread.join() == "done"
