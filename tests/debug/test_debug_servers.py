@@ -14,7 +14,7 @@ from support import SANITIZED, SCRIPTS
 from support.dbgp import InThread, listening, tag, unb64
 from support.debugging import line_of, uri_of
 from support.httpclient import get
-from support.processes import child_env
+from support.processes import child_env, run_samprof
 from support.servers import GUNICORN_LISTENING, UVICORN_LISTENING, running
 
 APP = "debug_wsgi_app.py"
@@ -137,3 +137,14 @@ def test_samprof_debug_runs_a_script_stopped_at_its_first_line(tmp_path):
             assert e.command("run").get("status") == "stopping"
             e.command("stop")
             assert proc.finish() == 41
+
+
+def test_samprof_debug_without_an_ide(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("print('never')\n")
+    with listening() as ide:
+        port = ide.port
+    proc = run_samprof(["debug", "--port", str(port), "--", str(script)], tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == b""
+    assert f"no IDE listening at 127.0.0.1:{port}".encode() in proc.stderr
