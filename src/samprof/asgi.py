@@ -18,6 +18,7 @@ The endpoints answer as :mod:`samprof.http` describes.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional
 
@@ -336,8 +337,12 @@ async def _debugged(
             started = True
         await send(message)
 
+    async def receive_here() -> Dict[str, Any]:
+        # receive may return any awaitable, not only a coroutine.
+        return await receive()
+
     async def receive_there() -> Dict[str, Any]:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(receive(), loop))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(receive_here(), loop))
 
     async def send_there(message: Dict[str, Any]) -> None:
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send_here(message), loop))
@@ -360,9 +365,16 @@ async def _debugged(
             # The server sees the application's error as it would have.
             outcome = "failed"
             errors.append(e)
-        loop.call_soon_threadsafe(finish, outcome)
+        try:
+            loop.call_soon_threadsafe(finish, outcome)
+        except RuntimeError:
+            pass  # the server's loop is gone (shut down while debugging)
 
-    threading.Thread(target=run, name="samprof.debug request", daemon=True).start()
+    # The request's context variables go with it.
+    context = contextvars.copy_context()
+    threading.Thread(
+        target=context.run, args=(run,), name="samprof.debug request", daemon=True
+    ).start()
     outcome = await done
     if outcome == "no session":
         await middleware.app(scope, receive, send)

@@ -661,7 +661,9 @@ def _debug(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List
         session = debug.Session.open(host, port, opts.idekey, debug.file_uri(path), timeout=5.0)
     except OSError as e:
         return _error(f"no IDE listening at {host}:{port}: {e.strerror or e}")
-    session.entry_file = path
+    # The first step_into stops in the program's module-level code, not in
+    # what the runner calls before it.
+    session.entry_module = True
     try:
         return session.call(_run_as_main, script, module, target_argv, passes=(debug.Stopped,))
     except debug.Stopped:

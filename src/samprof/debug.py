@@ -30,6 +30,7 @@ import base64
 import binascii
 import concurrent.futures
 import dis
+import inspect
 import io
 import itertools
 import keyword
@@ -41,8 +42,10 @@ import re
 import reprlib
 import runpy
 import socket
+import struct
 import sys
 import threading
+import time
 import types
 import urllib.parse
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -57,6 +60,12 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9003
 # How long a connection attempt waits for the IDE.
 CONNECT_TIMEOUT = 0.5
+# How long a session waits, after init, for the IDE's first command: a
+# listener that accepts and says nothing (not an IDE) must not hold the
+# request for good.
+START_TIMEOUT = 30.0
+# A send that blocks this long (an IDE that stopped reading) ends the session.
+SEND_TIMEOUT = 30
 
 _NS = "urn:debugger_protocol_v1"
 _XDEBUG_NS = "https://xdebug.org/dbgp/xdebug"
@@ -318,7 +327,7 @@ def _value_text(value: object) -> str:
         return value
     try:
         return _repr.repr(value)
-    except Exception as e:  # a broken __repr__ is the program's, not ours
+    except BaseException as e:  # a broken __repr__ is the program's, not ours
         return f"<repr failed: {type(e).__name__}: {e}>"
 
 
@@ -377,7 +386,7 @@ def _children(
         for n in names[start:stop]:
             try:
                 v = getattr(value, n)
-            except Exception as e:
+            except BaseException as e:
                 v = e
             full = f"{fullname}.{n}" if n.isidentifier() else f"getattr({fullname}, {n!r})"
             out.append((n, full, v))
@@ -504,6 +513,47 @@ def _outermost(frame: types.FrameType) -> bool:
     return True
 
 
+_OPCODES = dis.opmap
+_GENERATOR_FLAGS = (
+    inspect.CO_GENERATOR
+    | inspect.CO_COROUTINE
+    | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)
+
+
+def _resumed(frame: types.FrameType) -> bool:
+    """Whether a call event goes on with a generator or coroutine (after a
+    yield or an await) rather than starting it: RESUME's operand says so on
+    3.11+, a started frame's f_lasti before."""
+    code = frame.f_code
+    if not code.co_flags & _GENERATOR_FLAGS or frame.f_lasti < 0:
+        return False
+    if "RESUME" not in _OPCODES:
+        return True
+    raw = code.co_code
+    return raw[frame.f_lasti] == _OPCODES["RESUME"] and raw[frame.f_lasti + 1] & 3 != 0
+
+
+def _suspended(frame: types.FrameType) -> bool:
+    """Whether a return event suspends a generator or coroutine (a yield or
+    an await) rather than ending it. Where f_lasti points then: YIELD_VALUE;
+    on 3.9 and 3.10 an await stands just before its YIELD_FROM; on 3.13 at
+    the RESUME that follows the yield."""
+    code = frame.f_code
+    if not code.co_flags & _GENERATOR_FLAGS or frame.f_lasti < 0:
+        return False
+    raw = code.co_code
+    i = frame.f_lasti
+    if raw[i] == _OPCODES["YIELD_VALUE"]:
+        return True
+    if "YIELD_FROM" in _OPCODES:
+        return raw[i] == _OPCODES["YIELD_FROM"] or (
+            i + 2 < len(raw) and raw[i + 2] == _OPCODES["YIELD_FROM"]
+        )
+    return sys.version_info >= (3, 13) and raw[i] == _OPCODES["RESUME"]
+
+
 def _hidden(filename: str) -> bool:
     return filename in _HIDDEN_FILES or filename.startswith(_HIDDEN_PREFIXES)
 
@@ -574,10 +624,16 @@ class Session:
         self._frame: Optional[types.FrameType] = None
         self._exception: Optional[BaseException] = None
         self._boundary: Optional[types.FrameType] = None
-        # The file whose first line the first step_into stops at (the
-        # runner's script: not the standard library its runner calls first).
-        self.entry_file: Optional[str] = None
+        # Whether the first step_into stops at module-level code only (the
+        # runner's script, not the standard library its runner calls first).
+        self.entry_module = False
         self._reader: Optional[threading.Thread] = None
+        # The reader checks the state and queues a command under this lock,
+        # and the debugged thread resumes under it: a command is either
+        # queued before the thread resumes (and answered by it) or answered
+        # by the reader.
+        self._state_lock = threading.Lock()
+        self._heard = False  # a command came from the IDE
 
     # ---- lifecycle
 
@@ -596,6 +652,13 @@ class Session:
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # An IDE whose machine went away is noticed within about two
+        # minutes; one that stops reading, at the next send.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+            if hasattr(socket, option):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT, 0))
         session = cls(_Wire(sock), threading.current_thread())
         if idekey is None:
             idekey = os.environ.get("DBGP_IDEKEY", "")
@@ -676,19 +739,27 @@ class Session:
     def _read(self) -> None:
         """The reader thread: queue the IDE's commands for the debugged
         thread, or answer them itself while that thread runs."""
-        for line in self._wire.commands():
-            try:
-                name, options, data = parse_command(line)
-            except _CommandError as e:
-                self._send_error(line.split(" ", 1)[0], _transaction_of(line), e)
-                continue
-            if self.state == "running":
-                self._answer_while_running(name, options, data)
-            else:
-                self._queue.put((name, options, data))
-        self._queue.put(_GONE)
-        if self.state == "running" and not self._stop_requested:
-            self._active = False
+        try:
+            for line in self._wire.commands():
+                self._heard = True
+                try:
+                    name, options, data = parse_command(line)
+                except _CommandError as e:
+                    self._send_error(line.split(" ", 1)[0], _transaction_of(line), e)
+                    continue
+                with self._state_lock:
+                    running = self.state == "running"
+                    if not running:
+                        self._queue.put((name, options, data))
+                if running:
+                    self._answer_while_running(name, options, data)
+        except Exception:
+            log.exception("samprof.debug: the session's reader failed; the program goes on")
+            self._wire.close()
+        finally:
+            self._queue.put(_GONE)
+            if self.state == "running" and not self._stop_requested:
+                self._active = False
 
     # ---- tracing
 
@@ -697,17 +768,21 @@ class Session:
     ) -> Optional[Callable[..., Any]]:
         """The thread's trace function, called at each new frame: trace the
         frames that stepping or a breakpoint needs, leave the rest alone."""
+        code = frame.f_code
+        if _hidden(code.co_filename):
+            return None
         if self._stop_requested:
             self._stopped()
         if not self._active:
             self._untrace()
             return None
-        code = frame.f_code
-        if _hidden(code.co_filename):
-            return None
         try:
-            local = self._mode == "step_into" or _real(code.co_filename) in self._bp_files
-            if self._function_bps:
+            local = (
+                self._mode == "step_into"
+                or frame is self._step_frame
+                or _real(code.co_filename) in self._bp_files
+            )
+            if self._function_bps and not _resumed(frame):
                 for name in _function_names(code, frame):
                     for bp in self._function_bps.get(name, ()):
                         if bp.state != "enabled":
@@ -733,19 +808,18 @@ class Session:
         if self._stop_requested:
             self._stopped()
         if not self._active:
+            frame.f_trace = None
             return None
         try:
             if event == "line":
                 if self._should_stop(frame):
                     self._stop(frame, "ok")
-            elif event == "return":
-                if frame is self._step_frame:
-                    # The frame being stepped over (or out of) is done:
-                    # stop at the next line wherever it is (the caller).
-                    self._step_frame = None
-                    self._mode = "step_into"
+            elif event == "return" and not _suspended(frame):
                 if self._function_bps and self._return_breakpoint(frame):
                     self._stop(frame, "ok")
+                if frame is self._step_frame:
+                    # Also when a step began at this return event.
+                    self._returned(frame)
                 if self._boundary is None and _outermost(frame):
                     # connect()'s session ends with its thread's code.
                     self._finish("ok")
@@ -762,10 +836,31 @@ class Session:
             raise
         except Exception:
             self._internal_error()
+            frame.f_trace = None
             return None
         if self._stop_requested:
             self._stopped()
-        return self._trace_frame if self._active else None
+        if not self._active:
+            frame.f_trace = None
+            return None
+        return self._trace_frame
+
+    def _returned(self, frame: types.FrameType) -> None:
+        """The frame being stepped over or out of returned: the step goes on
+        as a step over its caller (stop at the caller's next line), or, when
+        no caller of the program's is left, at the next line anywhere."""
+        caller = frame.f_back
+        while caller is not None and caller is not self._boundary:
+            if not _hidden(caller.f_code.co_filename):
+                if caller.f_trace is None:
+                    caller.f_trace = self._trace_frame
+                caller.f_trace_lines = True
+                self._step_frame = caller
+                self._mode = "step_over"
+                return
+            caller = caller.f_back
+        self._step_frame = None
+        self._mode = "step_into"
 
     def _stopped(self) -> None:
         """The IDE sent stop: end the thread's code here."""
@@ -779,12 +874,9 @@ class Session:
             self._break_requested = False
             return True
         mode = self._mode
-        if mode == "step_into":
-            if self.entry_file is None:
-                return True
-            if frame.f_code.co_filename == self.entry_file:
-                self.entry_file = None
-                return True
+        if mode == "step_into" and (not self.entry_module or frame.f_code.co_name == "<module>"):
+            self.entry_module = False
+            return True
         if mode == "step_over" and frame is self._step_frame:
             return True
         if frame is self._entry_frame:
@@ -812,7 +904,7 @@ class Session:
     def _condition(self, code: types.CodeType, frame: types.FrameType) -> bool:
         try:
             return bool(eval(code, frame.f_globals, frame.f_locals))
-        except Exception:
+        except BaseException:  # the IDE's expression; it fails as False
             return False
 
     def _return_breakpoint(self, frame: types.FrameType) -> bool:
@@ -849,7 +941,8 @@ class Session:
         its commands until it resumes."""
         self._frame = frame
         self._exception = exception
-        self.entry_file = None
+        self.entry_module = False
+        self._break_requested = False
         self._mode = "run"
         self._step_frame = None
         self.state = "break"
@@ -886,8 +979,22 @@ class Session:
     def _interact(self) -> None:
         """Run the IDE's commands until one resumes execution (or ends the
         session)."""
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(
+                    timeout=None if self._heard else max(0.0, deadline - time.monotonic())
+                )
+            except queue.Empty:
+                if self._heard:
+                    continue
+                log.warning(
+                    "samprof.debug: the IDE sent no command in %.0f s; going on without it",
+                    START_TIMEOUT,
+                )
+                self._detach()
+                self._wire.close()
+                return
             if item is _GONE:
                 self._gone()
                 return
@@ -955,6 +1062,9 @@ class Session:
                 raise _CommandError(E_STATE, f"{name} is not available while the program runs")
         except _CommandError as e:
             self._send_error(name, txid, e)
+        except Exception as e:
+            log.exception("samprof.debug: %s failed", name)
+            self._send_error(name, txid, _CommandError(E_INTERNAL, f"{type(e).__name__}: {e}"))
 
     def _arm_thread(self) -> None:
         """Make the running thread stop at its next line (break, stop)."""
@@ -985,7 +1095,9 @@ class Session:
             self._send_raw(handler(self, name, txid, options, data))
         except _CommandError as e:
             self._send_error(name, txid, e)
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # nothing the IDE does may reach the program
             log.exception("samprof.debug: %s failed", name)
             self._send_error(name, txid, _CommandError(E_INTERNAL, f"{type(e).__name__}: {e}"))
         return False
@@ -1008,7 +1120,8 @@ class Session:
             self._mode = "run"
         if frame is not None:
             self._arm(frame)
-        self.state = "running"
+        with self._state_lock:
+            self.state = "running"
         return True
 
     def _answer_continuation(self) -> None:
@@ -1070,7 +1183,7 @@ class Session:
         files: Dict[str, List[_Breakpoint]] = {}
         functions: Dict[str, List[_Breakpoint]] = {}
         exceptions: List[_Breakpoint] = []
-        for bp in self.breakpoints.values():
+        for bp in list(self.breakpoints.values()):
             if bp.type in ("line", "conditional") and bp.path is not None:
                 if bp.lineno is None:
                     files.setdefault(bp.path, []).append(bp)
@@ -1305,7 +1418,10 @@ def _breakpoint_set(
     _update_breakpoint(bp, options)
     if bp_type in ("line", "conditional"):
         bp.uri = _required(options, "f", "file")
-        bp.path = _real(uri_path(bp.uri))
+        path = uri_path(bp.uri)
+        if "\0" in path:
+            raise _CommandError(E_BREAKPOINT_INVALID, "a file name cannot hold a NUL")
+        bp.path = _real(path)
         if "n" in options:
             bp.lineno = _int_option(options, "n", 0)
         elif bp_type == "line":
@@ -1319,7 +1435,7 @@ def _breakpoint_set(
         bp.expression = _b64decode(data)
         try:
             bp.code = compile(bp.expression, "<breakpoint condition>", "eval")
-        except SyntaxError as e:
+        except (SyntaxError, ValueError) as e:
             raise _CommandError(E_EXPRESSION, f"invalid expression: {e}") from None
     if bp_type in ("call", "return"):
         bp.function = _required(options, "m", "function")
@@ -1396,7 +1512,9 @@ def _breakpoint_list(
     s: Session, name: str, txid: str, options: Dict[str, str], data: Optional[str]
 ) -> str:
     return (
-        _response(name, txid) + "".join(bp.xml() for bp in s.breakpoints.values()) + "</response>"
+        _response(name, txid)
+        + "".join(bp.xml() for bp in list(s.breakpoints.values()))
+        + "</response>"
     )
 
 
@@ -1471,7 +1589,7 @@ def _property_value_of(s: Session, options: Dict[str, str]) -> Tuple[str, object
     fullname = _required(options, "n", "name")
     try:
         return fullname, s._evaluate(frame, context, fullname)
-    except Exception as e:
+    except BaseException as e:
         raise _CommandError(E_PROPERTY, f"cannot get {fullname}: {type(e).__name__}: {e}") from None
 
 
@@ -1524,14 +1642,14 @@ def _property_set(
     else:
         try:
             value = s._evaluate(frame, context, text)
-        except Exception as e:
+        except BaseException as e:
             raise _CommandError(
                 E_EVAL, f"cannot evaluate {text!r}: {type(e).__name__}: {e}"
             ) from None
     try:
         _assign(frame, context, fullname, value)
         success = 1
-    except Exception as e:
+    except BaseException as e:
         log.info("samprof.debug: property_set %s failed: %s", fullname, e)
         success = 0
     return _response(name, txid, success=success) + "</response>"
@@ -1581,7 +1699,7 @@ def _eval(s: Session, name: str, txid: str, options: Dict[str, str], data: Optio
     expression = _b64decode(data or "")
     try:
         code = compile(expression, "<eval>", "eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         code = None
     try:
         if code is None:
@@ -1590,7 +1708,7 @@ def _eval(s: Session, name: str, txid: str, options: Dict[str, str], data: Optio
             _sync_locals(frame)
             return _response(name, txid, success=1) + "</response>"
         value = eval(code, frame.f_globals, frame.f_locals)
-    except Exception as e:
+    except BaseException as e:
         raise _CommandError(E_EVAL, f"{type(e).__name__}: {e}") from None
     label = expression if "\n" not in expression and len(expression) <= 200 else ""
     page = _int_option(options, "p", 0)

@@ -20,6 +20,7 @@ per process at a time (gunicorn's sync worker), use a threaded worker or
 
 from __future__ import annotations
 
+import sys
 from http import HTTPStatus
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -267,7 +268,7 @@ class DebugMiddleware:
         If no IDE answers within ``connect_timeout`` (0.5 s) the request runs
         normally and a warning is logged; an IDE that goes away mid-request
         leaves the request to finish. ``stop`` from the IDE ends the request
-        with a 500 response (or, once the response started, cuts it short).
+        with a 500 response.
 
         Off unless ``enabled`` (or ``SAMPROF_DEBUG=1``), and it refuses to turn
         on where the environment says production (:class:`samprof.debug.Gate`
@@ -316,9 +317,12 @@ class DebugMiddleware:
         try:
             return session.call(respond)
         except debug.Stopped:
-            if started:
-                return []
+            # Nothing was sent yet (the body is made whole first): the
+            # response becomes a 500, replacing any headers the
+            # application gave, as start_response allows with exc_info.
             start_response(
-                "500 Internal Server Error", [("Content-Type", "text/plain; charset=utf-8")]
+                "500 Internal Server Error",
+                [("Content-Type", "text/plain; charset=utf-8")],
+                sys.exc_info() if started else None,
             )
             return [b"The request was stopped from the debugger.\n"]

@@ -5,6 +5,7 @@ process."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import threading
@@ -366,3 +367,63 @@ def test_parse_command_escapes():
     with pytest.raises(debug._CommandError) as e:
         debug.parse_command("status -i 1 -i 2")
     assert e.value.code == 2
+
+
+def test_coroutines_step_over_their_awaits():
+    with listening() as ide:
+        thread = debugged(ide, asyncio.run, target.handler(10))
+        e = ide.accept()
+        e.command("breakpoint_set", "-t", "call", "-m", "handler")
+        assert e.stopped_at(e.command("run")) == int(line("handler_first"))
+        # Each await suspends the coroutine; the step waits for it to resume.
+        assert e.stopped_at(e.command("step_over")) == int(line("handler_await"))
+        assert e.stopped_at(e.command("step_over")) == int(line("handler_sleep"))
+        assert e.stopped_at(e.command("step_over")) == int(line("handler_return"))
+        # The call breakpoint did not fire again at each resume.
+        bp = e.command("breakpoint_list").find(tag("breakpoint"))
+        assert bp.get("hit_count") == "1"
+        assert e.command("run").get("status") == "stopping"
+        e.command("stop")
+        assert thread.join() == 11
+
+
+def test_stepping_on_from_a_return_breakpoint():
+    with listening() as ide:
+        thread = debugged(ide, target.outer, 2)
+        e = ide.accept()
+        e.command("breakpoint_set", "-t", "return", "-m", "inner")
+        assert e.stopped_at(e.command("run")) == int(line("inner_return"))
+        assert e.stopped_at(e.command("step_over")) == int(line("outer_after"))
+        e.command("detach")
+        assert thread.join()[0] == "n=2 doubled=4 x=2"
+
+
+def test_what_the_ide_sends_never_reaches_the_program():
+    with listening() as ide:
+        thread = debugged(ide, target.outer, 4)
+        e = ide.accept()
+        # A NUL in a path or a condition makes Python raise ValueError.
+        assert e.error_code("breakpoint_set", "-t", "line", "-f", "file:///a%00b", "-n", "1") == 202
+        assert e.error_code("breakpoint_set", "-t", "conditional", "-f", "x.py", data="1\0") == 207
+        e.command("breakpoint_set", "-t", "line", "-f", uri_of(TARGET), "-n", line("inner_body"))
+        e.command("run")
+        assert e.error_code("eval", data="__import__('sys').exit(3)") == 206
+        cancelled = "(_ for _ in ()).throw(__import__('asyncio').CancelledError())"
+        assert e.error_code("eval", data=cancelled) == 206
+        assert e.error_code("property_get", "-n", "__import__('sys').exit(3)") == 300
+        # The same while the program runs, answered by the reader.
+        run = e.send("run")
+        assert e.error_code("breakpoint_set", "-t", "line", "-f", "file:///a%00b", "-n", "1") == 202
+        assert e.response("run", run).get("status") == "stopping"
+        e.command("stop")
+        assert thread.join()[0] == "n=4 doubled=8 x=4"
+        assert thread.error is None
+
+
+def test_a_listener_that_says_nothing_is_left_behind(monkeypatch):
+    monkeypatch.setattr(debug, "START_TIMEOUT", 0.3)
+    with listening() as ide:
+        thread = debugged(ide, target.outer, 6)
+        silent = ide.accept()
+        assert thread.join(10)[0] == "n=6 doubled=12 x=6"
+        assert silent.closed(5)

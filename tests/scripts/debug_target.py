@@ -3,6 +3,8 @@ find a line by the tag in its comment (support.debugging.line_of)."""
 
 from __future__ import annotations
 
+import asyncio
+
 
 # Nothing runs on this line.  # LINE comment
 class Point:
@@ -37,3 +39,15 @@ def loop(count):
     for i in range(count):
         acc += i  # LINE loop_body
     return acc  # LINE loop_return
+
+
+async def pause():
+    await asyncio.sleep(0)
+    return 1
+
+
+async def handler(n):
+    total = n  # LINE handler_first
+    total += await pause()  # LINE handler_await
+    await asyncio.sleep(0)  # LINE handler_sleep
+    return total  # LINE handler_return
