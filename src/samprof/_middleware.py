@@ -994,3 +994,19 @@ class profiled:
 
     def __exit__(self, *exc: Any) -> None:
         self._end(self._blocks.pop())
+
+
+class _DebugGated:
+    """What the WSGI and ASGI DebugMiddleware share: the application and the
+    samprof.debug.Gate its options make (imported only when one is made)."""
+
+    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
+        from samprof.debug import Gate
+
+        self.app = app
+        self.gate = Gate(**options)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether triggered requests are debugged (see Gate)."""
+        return self.gate.enabled

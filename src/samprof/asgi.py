@@ -22,7 +22,7 @@ import contextvars
 import threading
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional
 
-from samprof._middleware import set_route
+from samprof._middleware import _DebugGated, set_route
 from samprof.http import Request, Response, _MountedApp
 from samprof.wsgi import _MAX_BODY, _sub_path
 
@@ -281,7 +281,7 @@ def _route_found(path: Any) -> None:
         set_route(path)
 
 
-class DebugMiddleware:
+class DebugMiddleware(_DebugGated):
     """Runs an HTTP request under a DBGP debugger when it asks for one; the
     options and the trigger are :class:`samprof.wsgi.DebugMiddleware`'s::
 
@@ -294,16 +294,6 @@ class DebugMiddleware:
     loop-bound objects (a connection pool made on the server's loop)
     between requests may not work from the debugged request's loop.
     """
-
-    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
-        from samprof.debug import Gate
-
-        self.app = app
-        self.gate = Gate(**options)
-
-    @property
-    def enabled(self) -> bool:
-        return self.gate.enabled
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.gate.enabled:

@@ -24,7 +24,7 @@ import sys
 from http import HTTPStatus
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from samprof._middleware import set_route
+from samprof._middleware import _DebugGated, set_route
 from samprof.http import Request, _MountedApp
 
 __all__ = ["DebugMiddleware", "PprofApp", "ProfilerMiddleware", "set_route"]
@@ -252,7 +252,7 @@ class _Body:
             end()
 
 
-class DebugMiddleware:
+class DebugMiddleware(_DebugGated):
     """Runs a request under a DBGP debugger when it asks for one::
 
             app.wsgi_app = samprof.wsgi.DebugMiddleware(app.wsgi_app, enabled=True)
@@ -275,16 +275,6 @@ class DebugMiddleware:
         lists the variables) unless ``force``: ``eval`` and ``property_set`` in
         the IDE run any code in the server. For development only.
     """
-
-    def __init__(self, app: Callable[..., Any], **options: Any) -> None:
-        from samprof.debug import Gate
-
-        self.app = app
-        self.gate = Gate(**options)
-
-    @property
-    def enabled(self) -> bool:
-        return self.gate.enabled
 
     def __call__(
         self, environ: Dict[str, Any], start_response: Callable[..., Any]
