@@ -464,9 +464,18 @@ def _run_as_main(
 def _target(
     parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: List[str]
 ) -> Tuple[Optional[str], Optional[str], List[str]]:
-    """(script, module, the program's arguments) of ``record`` or ``serve``."""
+    """(script, module, the program's arguments) of ``record``, ``serve``
+    or ``debug``. ``-m module`` after ``--`` (``samprof record -o f -- -m
+    module``, as py-spy takes it) is a module too, as is python's
+    ``-mmodule``."""
     if opts.module is not None:
         return None, opts.module, rest
+    if rest and rest[0] == "-m":
+        if len(rest) < 2:
+            parser.error("argument -m: expected one argument")
+        return None, rest[1], rest[2:]
+    if rest and rest[0].startswith("-m"):
+        return None, rest[0][2:], rest[1:]
     if rest:
         return rest[0], None, rest[1:]
     parser.error("a script or -m module is required")
@@ -514,29 +523,47 @@ def _record(parser: argparse.ArgumentParser, opts: argparse.Namespace, rest: Lis
     except samprof.ProfilerError as e:
         return _error(f"cannot start the profiler: {e}")
     pid = os.getpid()
-    data: Optional[bytes] = None
+    finished: List[bool] = []
+
+    def finish(status: int) -> int:
+        """Stop the profiler and write the profile (once, and only in this
+        process: a child the program forked and ended with sys.exit() comes
+        back here too); the exit status, 1 when the profile is lost."""
+        if os.getpid() != pid or finished:
+            return status
+        finished.append(True)
+        try:
+            data = profiler.stop()
+        except samprof.ProfilerError as e:
+            _error(f"cannot stop the profiler: {e}")
+            return status or 1
+        try:
+            with open(output_path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            _error(f"cannot write {output}: {e.strerror or e}")
+            return status or 1
+        print(f"{_PROG}: wrote {output} ({_summary(profiler.stats)})", file=sys.stderr)
+        return status
+
+    # Stopped by SIGTERM (kill, systemd, docker stop) without a handler of
+    # the program's: write the profile, then die of the signal as the
+    # program would have. A program that handles SIGTERM replaces this and
+    # ends through the normal path.
+    from samprof._middleware import on_sigterm
+
+    on_sigterm(lambda: finish(0))
+    status = 1
     try:
         status = _run_as_main(script, module, target_argv)
     finally:
-        # A child the program forked and ended with sys.exit() comes back
-        # here too; the profile is the parent's to write.
-        if os.getpid() == pid:
-            try:
-                data = profiler.stop()
-            except samprof.ProfilerError as e:
-                _error(f"cannot stop the profiler: {e}")
-    if os.getpid() != pid:
-        return status
-    if data is None:
-        return status or 1
-
-    try:
-        with open(output_path, "wb") as f:
-            f.write(data)
-    except OSError as e:
-        _error(f"cannot write {output}: {e.strerror or e}")
-        return status or 1
-    print(f"{_PROG}: wrote {output} ({_summary(profiler.stats)})", file=sys.stderr)
+        # A SIGTERM now waits until the profile is written, then ends the
+        # process as it would have.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            status = finish(status)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return status
 
 

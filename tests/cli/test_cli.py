@@ -384,3 +384,102 @@ def test_record_profile_contents(tmp_path: Path) -> None:
     assert t.returncode == 0, t.stderr
     assert b"burn" in t.stdout
     assert t.stdout.decode() == top(p)
+
+
+def test_record_accepts_dash_m_after_double_dash(tmp_path: Path) -> None:
+    # py-spy's spelling: samprof record -o f -- -m module args.
+    write(tmp_path / "mymod.py", REPORT_SCRIPT)
+    for target in (["-m", "mymod"], ["-mmymod"]):
+        r = run_samprof(["record", "-o", "p.pb.gz", "--", *target, "x"], cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        seen = json.loads(r.stdout)
+        assert seen["argv"] == [str(tmp_path / "mymod.py"), "x"]
+        assert seen["name"] == "__main__"
+    r = run_samprof(["record", "-o", "p.pb.gz", "--", "-m"], cwd=tmp_path)
+    assert r.returncode == 2 and b"-m: expected one argument" in r.stderr
+
+
+SPIN_UNTIL_KILLED = """
+import signal, sys, time
+
+def spin():
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        sum(i * i for i in range(1000))
+
+if sys.argv[1:] == ["handle"]:
+    def handler(signum, frame):
+        print("handled", flush=True)
+        sys.exit(7)
+    signal.signal(signal.SIGTERM, handler)
+print("ready", flush=True)
+spin()
+"""
+
+
+def _record_until_sigterm(tmp_path: Path, *args: str):
+    """`samprof record` of a spinning program, sent SIGTERM after about 0.8 s
+    of spinning: (exit status, stdout, stderr, the child's CPU seconds)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from support.processes import samprof_env
+
+    write(tmp_path / "spin.py", SPIN_UNTIL_KILLED)
+    cmd = [sys.executable, "-m", "samprof", "record", "--hz", "200", "-o", "p.pb.gz"]
+    proc = subprocess.Popen(
+        [*cmd, "--", "spin.py", *args],
+        cwd=tmp_path,
+        env=samprof_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(0.8)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            assert time.monotonic() < deadline, "samprof record did not end"
+            time.sleep(0.02)
+        proc.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        return (
+            proc.returncode,
+            proc.stdout.read(),
+            proc.stderr.read(),
+            usage.ru_utime + usage.ru_stime,
+        )
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_record_writes_the_profile_when_killed_by_sigterm(tmp_path: Path) -> None:
+    status, _, stderr, cpu = _record_until_sigterm(tmp_path)
+    # It died of the signal, as the program alone would have.
+    assert status == -15, stderr
+    assert b"samprof: wrote p.pb.gz" in stderr
+    p = Profile.parse((tmp_path / "p.pb.gz").read_bytes())
+    sampled = sum(s.values[1] for s in p.samples) / 1e9
+    spun = (
+        sum(s.values[1] for s in p.samples if any(f.function == "spin" for f in p.stack_of(s)))
+        / 1e9
+    )
+    # The profile holds the process's CPU (less the interpreter's start
+    # before profiling, about 0.1 s), nearly all of it in spin().
+    assert cpu - 0.35 <= sampled <= cpu + 0.05, (sampled, cpu)
+    assert spun >= 0.5 and spun >= 0.8 * sampled, (spun, sampled)
+
+
+def test_record_leaves_the_programs_own_sigterm_handler_alone(tmp_path: Path) -> None:
+    status, stdout, stderr, _ = _record_until_sigterm(tmp_path, "handle")
+    assert status == 7, stderr
+    assert stdout == b"handled\n"
+    assert b"samprof: wrote p.pb.gz" in stderr
+    Profile.parse((tmp_path / "p.pb.gz").read_bytes())
