@@ -14,13 +14,18 @@ from support import SANITIZED, SCRIPTS
 from support.dbgp import InThread, listening, tag, unb64
 from support.debugging import line_of, uri_of
 from support.httpclient import get
+from support.measure import SHORT
 from support.processes import child_env, run_samprof
 from support.servers import GUNICORN_LISTENING, UVICORN_LISTENING, running
 
 APP = "debug_wsgi_app.py"
 
-# The engine is pure Python: the sanitizer build adds nothing here but time.
-pytestmark = pytest.mark.skipif(SANITIZED, reason="no C code of samprof's runs in these tests")
+# What differs between Pythons is the engine's tracing, tested on every one
+# (test_engine.py); the servers around it run on the oldest and the newest,
+# and not under the sanitizers: no C code of samprof's runs here.
+pytestmark = pytest.mark.skipif(
+    SHORT or SANITIZED, reason="version-independent: run on the oldest and newest Python"
+)
 
 
 def line(name: str, script: str = APP) -> str:

@@ -15,6 +15,7 @@ import sys
 import pytest
 from support import SANITIZED, SCRIPTS
 from support.debugging import _lines, uri_of
+from support.measure import SHORT
 from support.processes import child_env
 from support.servers import GUNICORN_LISTENING, running
 
@@ -31,8 +32,12 @@ def _python2() -> str:
     return found[-1]
 
 
-# The engine is pure Python: the sanitizer build adds nothing here but time.
-@pytest.mark.skipif(SANITIZED, reason="no C code of samprof's runs in these tests")
+# What differs between Pythons is the engine's tracing, tested on every one
+# (test_engine.py); this runs on the oldest and the newest, and not under the
+# sanitizers: no C code of samprof's runs here.
+@pytest.mark.skipif(
+    SHORT or SANITIZED, reason="version-independent: run on the oldest and newest Python"
+)
 def test_komodo_debugs_requests_under_gunicorn(tmp_path):
     lines = _lines(os.path.join(SCRIPTS, APP))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": KOMODO, "LC_ALL": "C.UTF-8"}
