@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional
+from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional
 
 from samprof._middleware import _DebugGated, set_route
 from samprof.http import Request, Response, _MountedApp
@@ -317,9 +317,10 @@ async def _debugged(
     from samprof import debug
 
     loop = asyncio.get_running_loop()
-    done: "asyncio.Future[str]" = loop.create_future()
+    # How the thread ended: "ok", "no session", "stopped", or the
+    # application's exception.
+    done: "asyncio.Future[object]" = loop.create_future()
     started = False
-    errors: List[BaseException] = []
 
     async def send_here(message: Dict[str, Any]) -> None:
         nonlocal started
@@ -337,12 +338,12 @@ async def _debugged(
     async def send_there(message: Dict[str, Any]) -> None:
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send_here(message), loop))
 
-    def finish(outcome: str) -> None:
+    def finish(outcome: object) -> None:
         if not done.done():
             done.set_result(outcome)
 
     def run() -> None:
-        outcome = "ok"
+        outcome: object = "ok"
         try:
             session = middleware.gate.open(idekey, debug.app_uri(middleware.app))
             if session is None:
@@ -352,9 +353,7 @@ async def _debugged(
         except debug.Stopped:
             outcome = "stopped"
         except BaseException as e:
-            # The server sees the application's error as it would have.
-            outcome = "failed"
-            errors.append(e)
+            outcome = e
         try:
             loop.call_soon_threadsafe(finish, outcome)
         except RuntimeError:
@@ -366,10 +365,11 @@ async def _debugged(
         target=context.run, args=(run,), name="samprof.debug request", daemon=True
     ).start()
     outcome = await done
+    if isinstance(outcome, BaseException):
+        # The server sees the application's error as it would have.
+        raise outcome
     if outcome == "no session":
         await middleware.app(scope, receive, send)
-    elif outcome == "failed":
-        raise errors[0]
     elif outcome == "stopped" and not started:
         await send(
             {

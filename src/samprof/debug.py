@@ -78,6 +78,7 @@ E_OPTIONS = 3
 E_UNIMPLEMENTED = 4
 E_STATE = 5
 E_FILE = 100
+E_REDIRECT = 101
 E_BREAKPOINT_TYPE = 201
 E_BREAKPOINT_INVALID = 202
 E_BREAKPOINT_NO_CODE = 203
@@ -352,16 +353,13 @@ def _children(
             return out
 
         return len(d), dict_page
-    if isinstance(value, (list, tuple)):
-        seq = value
-        return len(seq), lambda start, stop: [
-            (str(i), f"{fullname}[{i}]", seq[i]) for i in range(start, min(stop, len(seq)))
-        ]
-    if isinstance(value, (set, frozenset)):
-        items = list(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        # A set's items are reached through list(set), in its own order.
+        indexable = isinstance(value, (list, tuple))
+        items = value if indexable else list(value)
+        base = fullname if indexable else f"list({fullname})"
         return len(items), lambda start, stop: [
-            (str(i), f"list({fullname})[{i}]", items[i])
-            for i in range(start, min(stop, len(items)))
+            (str(i), f"{base}[{i}]", items[i]) for i in range(start, min(stop, len(items)))
         ]
     try:
         names = [n for n in vars(value) if isinstance(n, str)]
@@ -569,9 +567,10 @@ def _real(filename: str) -> str:
     return path
 
 
-def _function_names(code: types.CodeType, frame: types.FrameType) -> Sequence[str]:
-    """The names a call or return breakpoint may give a function by: its
-    name, its qualified name, and that with its module's name."""
+def _function_names(frame: types.FrameType) -> Sequence[str]:
+    """The names a call or return breakpoint may give a frame's function
+    by: its name, its qualified name, and that with its module's name."""
+    code = frame.f_code
     qualname = getattr(code, "co_qualname", code.co_name)
     module = frame.f_globals.get("__name__", "")
     return list(dict.fromkeys((code.co_name, qualname, f"{module}.{qualname}")))
@@ -697,12 +696,7 @@ class Session:
         session goes to ``stopping`` and waits for the IDE to end it.
         Raises Stopped when the IDE stopped the program."""
         self._boundary = sys._getframe()
-        self._interact()
-        if self._stop_requested:
-            self._end()
-            raise Stopped
-        if not self._active:
-            self._end()
+        if not self._start():
             return function(*args, **kwargs)
         previous = sys.gettrace()
         sys.settrace(self._trace_call)
@@ -728,6 +722,19 @@ class Session:
             self._answer_continuation()
             self._interact()
         self._end()
+
+    def _start(self) -> bool:
+        """Serve the IDE in state ``starting`` until it resumes: True, or
+        False when the session ended there (detach, the IDE gone); raises
+        Stopped after ``stop``."""
+        self._interact()
+        if self._stop_requested:
+            self._end()
+            raise Stopped
+        if not self._active:
+            self._end()
+            return False
+        return True
 
     def _end(self) -> None:
         self._active = False
@@ -783,7 +790,7 @@ class Session:
                 or _real(code.co_filename) in self._bp_files
             )
             if self._function_bps and not _resumed(frame):
-                for name in _function_names(code, frame):
+                for name in _function_names(frame):
                     for bp in self._function_bps.get(name, ()):
                         if bp.state != "enabled":
                             continue
@@ -909,7 +916,7 @@ class Session:
 
     def _return_breakpoint(self, frame: types.FrameType) -> bool:
         stop = False
-        for name in _function_names(frame.f_code, frame):
+        for name in _function_names(frame):
             for bp in self._function_bps.get(name, ()):
                 if bp.type == "return" and bp.state == "enabled" and bp.hit():
                     stop = True
@@ -1740,7 +1747,7 @@ def _stream(s: Session, name: str, txid: str, options: Dict[str, str], data: Opt
     if mode not in (0, 1, 2):
         raise _CommandError(E_OPTIONS, "-c must be 0 (off), 1 (copy) or 2 (redirect)")
     if mode and not _StreamTee.install(name):
-        raise _CommandError(101, f"cannot redirect {name}")
+        raise _CommandError(E_REDIRECT, f"cannot redirect {name}")
     s.streams[name] = mode
     return _response(name, txid, success=1) + "</response>"
 
@@ -1843,12 +1850,7 @@ def connect(
             "samprof.debug: no IDE at %s:%s (%s); going on without the debugger", host, port, e
         )
         return False
-    session._interact()
-    if session._stop_requested:
-        session._end()
-        raise Stopped
-    if not session._active:
-        session._end()
+    if not session._start():
         return True
     session._mode = "run"
     session._break_requested = True

@@ -255,25 +255,24 @@ class _Body:
 class DebugMiddleware(_DebugGated):
     """Runs a request under a DBGP debugger when it asks for one::
 
-            app.wsgi_app = samprof.wsgi.DebugMiddleware(app.wsgi_app, enabled=True)
+        app.wsgi_app = samprof.wsgi.DebugMiddleware(app.wsgi_app, enabled=True)
 
-        A request with ``?XDEBUG_SESSION_START=<idekey>`` or the cookie
-        ``XDEBUG_SESSION=<idekey>`` (what the IDEs' browser extensions set)
-        connects to the IDE listening at ``host``:``port`` (127.0.0.1:9003) and
-        runs there under :mod:`samprof.debug`, which traces the thread serving
-    it alone: the IDE sets
-        breakpoints, steps, reads and sets variables. The response body is
-        produced under the debugger too and sent when the session ends, so a
-        streamed response arrives whole. Every other request runs untouched.
-        If no IDE answers within ``connect_timeout`` (0.5 s) the request runs
-        normally and a warning is logged; an IDE that goes away mid-request
-        leaves the request to finish. ``stop`` from the IDE ends the request
-        with a 500 response.
+    A request with ``?XDEBUG_SESSION_START=<idekey>`` or the cookie
+    ``XDEBUG_SESSION=<idekey>`` (what the IDEs' browser extensions set)
+    connects to the IDE listening at ``host``:``port`` (127.0.0.1:9003) and
+    runs there under :mod:`samprof.debug`, which traces the thread serving
+    it alone: the IDE sets breakpoints, steps, reads and sets variables.
+    The response body is produced under the debugger too and sent when the
+    session ends, so a streamed response arrives whole. Every other request
+    runs untouched. If no IDE answers within ``connect_timeout`` (0.5 s) the
+    request runs normally and a warning is logged; an IDE that goes away
+    mid-request leaves the request to finish. ``stop`` from the IDE ends
+    the request with a 500 response.
 
-        Off unless ``enabled`` (or ``SAMPROF_DEBUG=1``), and it refuses to turn
-        on where the environment says production (:class:`samprof.debug.Gate`
-        lists the variables) unless ``force``: ``eval`` and ``property_set`` in
-        the IDE run any code in the server. For development only.
+    Off unless ``enabled`` (or ``SAMPROF_DEBUG=1``), and it refuses to turn
+    on where the environment says production (:class:`samprof.debug.Gate`
+    lists the variables) unless ``force``: ``eval`` and ``property_set`` in
+    the IDE run any code in the server. For development only.
     """
 
     def __call__(
