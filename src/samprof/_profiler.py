@@ -12,7 +12,7 @@ import signal as _signal
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
@@ -86,6 +86,10 @@ class ProfileStats:
     ``"itimer"`` (the process-wide ``ITIMER_PROF`` fallback).
     ``effective_hz`` is the rate at which signals actually arrived per
     CPU-second; ``dropped`` counts samples lost, by reason.
+    ``backlog`` says how many samples waited in the collector's backlog
+    because some thread held the GIL for longer than the sample ring lasts
+    (``samples``), and the most memory that backlog took (``peak_bytes``,
+    at most 16 MiB: beyond it samples are dropped as ``buffer_full``).
     """
 
     mode: str
@@ -98,6 +102,7 @@ class ProfileStats:
     dropped: Dict[str, int]
     truncated: int
     duration_s: float
+    backlog: Dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def _from_core(cls, d: Dict[str, Any]) -> "ProfileStats":
@@ -112,6 +117,7 @@ class ProfileStats:
             dropped=dict(d["dropped"]),
             truncated=d["truncated"],
             duration_s=d["duration_ns"] / 1e9,
+            backlog=dict(d.get("backlog", {})),
         )
 
 

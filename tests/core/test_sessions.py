@@ -9,33 +9,17 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 from support import SANITIZED
-from support.native import build_driver, run_driver
+from support.native import COLLECT_SOURCES, build_driver, libpython_flags, run_driver
 
 from samprof.pprof import read
 
-# collect.c and everything it calls; none of it starts a sampler.
-SOURCES = ["collect.c", "symbols.c", "frames.c", "ring.c", "profile.c", "pprof.c", "pb.c", "htab.c"]
-
-
-def _libpython_flags() -> List[str]:
-    """How to compile against and link this Python's libpython (shared, or
-    static in LIBPL)."""
-    cfg = sysconfig.get_config_var
-    libdir = cfg("LIBDIR")
-    if not os.path.exists(os.path.join(libdir, cfg("LDLIBRARY"))):
-        libdir = cfg("LIBPL")
-    flags = [f"-I{sysconfig.get_paths()['include']}", f"-L{libdir}"]
-    flags += [f"-lpython{cfg('LDVERSION')}", f"-Wl,-rpath,{libdir}"]
-    return flags + (cfg("LIBS") or "").split() + (cfg("SYSLIBS") or "").split()
-
 
 def test_code_death_reaches_every_live_session(tmp_path: Path) -> None:
-    binary = build_driver("sessions.c", SOURCES, tmp_path, _libpython_flags())
+    binary = build_driver("sessions.c", COLLECT_SOURCES, tmp_path, libpython_flags())
     out = tmp_path / "b.pb"
     env = dict(os.environ, PYTHONHOME=sys.base_prefix)
     env.pop("PYTHONPATH", None)

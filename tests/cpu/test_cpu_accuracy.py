@@ -10,7 +10,7 @@ import pytest
 from support import SANITIZED
 from support.measure import measure, within, within_ratio
 from support.profiles import check_profile
-from support.workloads import burn_python_for, hash_for, spin_python
+from support.workloads import burn_python_for, hash_for, hold_gil_for, spin_python
 
 import samprof
 
@@ -50,6 +50,30 @@ def test_total_cpu_matches_process_time(engine, hz):
         assert view.types == [("samples", "count"), ("cpu", "nanoseconds")]
         assert view.msg.period == 1_000_000_000 // hz
         within_ratio(view.total("cpu") / 1e9, used, 0.05, "CPU accounted, s", prof.stats)
+
+    measure(attempt)
+
+
+def test_a_long_c_call_keeps_its_samples():
+    """One C call holding the GIL for six times the sample ring's span (256
+    slots: 0.26 s at 1 kHz) loses nothing: the collector's round thread
+    moves samples into the backlog without waiting for the GIL, and the
+    call's CPU lands in its caller. Before the backlog 95% of a 5 s call
+    was dropped as buffer full. Tolerance 5% of the CPU the call used.
+    """
+
+    def attempt(scale):
+        prof = samprof.CPUProfiler(hz=1000)
+        prof.start()
+        used = hold_gil_for(1.5 * scale)
+        data = prof.stop()
+        st = prof.stats
+        lost = st.dropped["buffer_full"]
+        assert lost <= 0.001 * (st.samples + lost), st
+        assert st.backlog["samples"] > 0, st
+        view = check_profile(data)
+        got = view.by_function("cpu").get("hold_gil_for", 0) / 1e9
+        within_ratio(got, used, 0.05, "CPU in the call's caller, s", st)
 
     measure(attempt)
 

@@ -64,6 +64,20 @@ def python_library(source: str, out_dir: Path) -> Path:
     return path
 
 
+# src/samprof/_c's collect.c and everything it calls; none of it starts a
+# sampler.
+COLLECT_SOURCES = [
+    "collect.c",
+    "symbols.c",
+    "frames.c",
+    "ring.c",
+    "profile.c",
+    "pprof.c",
+    "pb.c",
+    "htab.c",
+]
+
+
 def build_driver(
     source: str, core_files: Sequence[str], out_dir: Path, extra: Sequence[str] = ()
 ) -> Path:
@@ -91,6 +105,20 @@ def run_driver(binary: Path, args: List[str], env: Dict[str, str]) -> subprocess
     assert r.returncode == 0, f"{binary.name} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
     assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
     return r
+
+
+def libpython_flags() -> List[str]:
+    """How to compile against and link this Python's libpython (shared, or
+    static in LIBPL)."""
+    import sysconfig
+
+    cfg = sysconfig.get_config_var
+    libdir = cfg("LIBDIR")
+    if not os.path.exists(os.path.join(libdir, cfg("LDLIBRARY"))):
+        libdir = cfg("LIBPL")
+    flags = [f"-I{sysconfig.get_paths()['include']}", f"-L{libdir}"]
+    flags += [f"-lpython{cfg('LDVERSION')}", f"-Wl,-rpath,{libdir}"]
+    return flags + (cfg("LIBS") or "").split() + (cfg("SYSLIBS") or "").split()
 
 
 def perf_available() -> bool:

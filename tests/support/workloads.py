@@ -2,12 +2,14 @@
 
 burn_python_for, hash_for and burn_cpu run until a span of this thread's
 CPU time (time.thread_time) is spent and return the CPU they measured;
-spin runs for a span of wall time (time.monotonic), on CPU.
+spin runs for a span of wall time (time.monotonic), on CPU;
+hold_gil_for makes one C call that holds the GIL for a span of CPU.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 
 _BUF = b"\x5a" * (1 << 20)
@@ -36,6 +38,17 @@ def hash_for(seconds: float) -> float:
     t0 = time.thread_time()
     while time.thread_time() - t0 < seconds:
         hashlib.sha256(_BUF).digest()
+    return time.thread_time() - t0
+
+
+def hold_gil_for(seconds: float) -> float:
+    """One C call that holds the GIL for about `seconds` of this thread's
+    CPU and allocates nothing (summing a repeated int), sized by a short
+    run first. Returns the thread CPU time of the whole function."""
+    t0 = time.thread_time()
+    sum(itertools.repeat(1, 10**6))
+    per_item = max(time.thread_time() - t0, 1e-4) / 10**6
+    sum(itertools.repeat(1, int(max(seconds - (time.thread_time() - t0), 0) / per_item)))
     return time.thread_time() - t0
 
 

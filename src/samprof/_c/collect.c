@@ -4,7 +4,9 @@
  * and scratch stack, and the list of live sessions. That also makes
  * code-object death safe to handle: the death hook runs under the GIL in
  * the thread destroying the object, and for every live session drains its
- * ring first, then drops the object's cache entries. */
+ * ring and the ring's backlog first (ring.h: the collector's round thread
+ * fills the backlog without the GIL, under the ring's consumer lock, which
+ * the drain takes after the GIL), then drops the object's cache entries. */
 #include "collect.h"
 
 #include <sched.h>
@@ -210,14 +212,17 @@ collect_set_ring(collect_session_t *s, ring_t *ring)
 void
 collect_drain(collect_session_t *s, ring_t *r, int wait_for_writers)
 {
+    /* The guard comes before the consumer lock: a drain that runs Python
+     * code (a deallocation) may let a code object die in this thread. */
     if (!s->active || s->draining || r == NULL || r->slots == NULL) {
         return;
     }
     s->draining = 1;
+    ring_lock(r);
     long spins = 0;
+    ring_sample_t sample;
     for (;;) {
-        ring_slot_t *slot = ring_peek(r);
-        if (slot == NULL) {
+        if (!ring_next(r, &sample)) {
             if (!wait_for_writers || ring_pending(r) == 0
                 || ++spins > COLLECT_DRAIN_SPIN_LIMIT) {
                 break;
@@ -225,18 +230,19 @@ collect_drain(collect_session_t *s, ring_t *r, int wait_for_writers)
             sched_yield();
             continue;
         }
-        int skip = (slot->flags & RING_TORN)
+        int skip = (sample.flags & RING_TORN)
                    || (s->wall_mode
-                       && (slot->flags & (RING_NO_PYTHON | RING_COLLECTOR)));
+                       && (sample.flags & (RING_NO_PYTHON | RING_COLLECTOR)));
         if (!skip) {
-            uint32_t n = collect_stack(s, slot->frames, slot->depth,
-                                       slot->flags, s->stack);
-            collect_add(s, s->stack, n, slot->tid, slot->labels,
-                        s->wall_mode ? collect_state_string(s, 1) : 0, 1,
-                        (int64_t)slot->weight * (int64_t)s->period_ns);
+            uint32_t n = collect_stack(s, sample.frames, sample.depth,
+                                       sample.flags, s->stack);
+            collect_add(s, s->stack, n, sample.tid, sample.labels,
+                        s->wall_mode ? collect_state_string(s, 1) : 0,
+                        (int64_t)sample.count,
+                        (int64_t)sample.weight * (int64_t)s->period_ns);
         }
-        ring_release(r, slot);
     }
+    ring_unlock(r);
     s->draining = 0;
 }
 

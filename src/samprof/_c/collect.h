@@ -86,11 +86,13 @@ int collect_add_values(collect_session_t *s, const uint32_t *stack, uint32_t n,
 void collect_add(collect_session_t *s, const uint32_t *stack, uint32_t n,
                  int32_t tid, uint32_t labels, uint32_t state, int64_t count,
                  int64_t value);
-/* Moves published samples from ring into the session. With
+/* Moves the ring's backlog and published samples into the session. With
  * wait_for_writers, also waits (bounded) for slots still being filled:
- * needed before a code object dies. GIL. */
+ * needed before a code object dies. GIL; takes the ring's consumer lock. */
 void collect_drain(collect_session_t *s, ring_t *ring, int wait_for_writers);
-/* Sets which ring a code object's death must drain (NULL: none). GIL. */
+/* Sets which ring a code object's death must drain (NULL: none). A ring
+ * belongs to one session: a death during one session's drain must not
+ * drain the same ring for another (its consumer lock is held). GIL. */
 void collect_set_ring(collect_session_t *s, ring_t *ring);
 /* In wall mode, ring samples are the on-CPU part of a wall profile: they
  * get thread_state=on-cpu, and samples of threads without Python state or

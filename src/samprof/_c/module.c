@@ -274,7 +274,16 @@ module_common_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
     profile_t *p = &M.session.profile;
     st->requested_hz = M.hz;
     if (M.sampling) {
-        st->buffer_full = atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]);
+        ring_t *ring = sampler_ring();
+        ring_lock(ring);
+        ring_backlog_stats_t b = ring_backlog_stats(ring);
+        ring_unlock(ring);
+        /* The backlog's drops are the ring's: both mean the collector
+         * could not keep up. */
+        st->buffer_full =
+            atomic_load(&c->dropped[SAMPLER_DROP_RING_FULL]) + b.dropped;
+        st->backlog_samples = b.spilled;
+        st->backlog_peak_bytes = b.peak_bytes;
         st->torn = atomic_load(&c->dropped[SAMPLER_DROP_TORN]);
         for (int i = 0; i < SAMPLER_SRC_COUNT; i++) {
             st->signals += atomic_load(&c->signals[i]);
@@ -350,6 +359,7 @@ module_part_stats(stats_t *st, const stats_t *total)
     st->samples -= M.base.samples;
     st->signals -= M.base.signals;
     st->buffer_full -= M.base.buffer_full;
+    st->backlog_samples -= M.base.backlog_samples;
     st->torn -= M.base.torn;
     st->foreign_signals -= M.base.foreign_signals;
     st->walks -= M.base.walks;
@@ -376,6 +386,12 @@ module_add_dropped(const stats_t *part)
     const sampler_counters_t *c = sampler_counters();
     for (int r = 0; r < SAMPLER_DROP_COUNT; r++) {
         uint64_t periods = atomic_load(&c->dropped_periods[r]);
+        if (r == SAMPLER_DROP_RING_FULL) {
+            ring_t *ring = sampler_ring();
+            ring_lock(ring);
+            periods += ring_backlog_stats(ring).dropped_periods;
+            ring_unlock(ring);
+        }
         collect_add_dropped(&M.session, what[r], count[r],
                             periods - M.base_dropped_periods[r]);
         M.base_dropped_periods[r] = periods;

@@ -23,7 +23,7 @@ stats_to_dict(const stats_t *st)
     if (st->cpu) {
         return Py_BuildValue(
             "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K,s:K,s:K},s:N,s:K,s:L,s:L,s:L,"
-            "s:K,s:K}",
+            "s:K,s:K,s:{s:K,s:K}}",
             "mode", "cpu", "engine", st->engine, "requested_hz",
             st->requested_hz, "effective_hz", st->effective_hz, "samples",
             (unsigned long long)st->samples, "signals",
@@ -35,11 +35,13 @@ stats_to_dict(const stats_t *st)
             (long long)st->time_ns, "duration_ns", (long long)st->duration_ns,
             "cpu_ns", (long long)st->cpu_ns, "foreign_signals",
             (unsigned long long)st->foreign_signals, "profile_bytes",
-            (unsigned long long)st->profile_bytes);
+            (unsigned long long)st->profile_bytes, "backlog", "samples",
+            (unsigned long long)st->backlog_samples, "peak_bytes",
+            (unsigned long long)st->backlog_peak_bytes);
     }
     return Py_BuildValue(
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:N,s:K,s:L,s:L,s:L,s:K,s:K,s:K,"
-        "s:K,s:K}",
+        "s:K,s:K,s:{s:K,s:K}}",
         "mode", "wall", "engine", st->engine, "requested_hz", st->requested_hz,
         "effective_hz", st->effective_hz, "samples",
         (unsigned long long)st->samples, "signals",
@@ -51,7 +53,9 @@ stats_to_dict(const stats_t *st)
         "late_ticks", (unsigned long long)st->late_ticks, "gc_samples",
         (unsigned long long)st->gc_samples, "ticks",
         (unsigned long long)st->ticks, "profile_bytes",
-        (unsigned long long)st->profile_bytes);
+        (unsigned long long)st->profile_bytes, "backlog", "samples",
+        (unsigned long long)st->backlog_samples, "peak_bytes",
+        (unsigned long long)st->backlog_peak_bytes);
 }
 
 void

@@ -33,6 +33,10 @@ typedef struct {
     uint64_t foreign_signals; /* CPU: signals that were not samprof's */
     uint64_t walks, late_ticks, gc_samples, ticks; /* wall */
     uint64_t profile_bytes;
+    /* samples that waited in the ring's backlog (someone held the GIL),
+     * and the most memory it took, since the profile started */
+    uint64_t backlog_samples;
+    uint64_t backlog_peak_bytes;
 } stats_t;
 
 /* The stats as the dict samprof.ProfileStats reads: a new reference, or
