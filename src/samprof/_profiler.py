@@ -27,14 +27,16 @@ _hidden_files = {os.path.abspath(__file__)}
 
 
 def _arm_new_threads() -> None:
-    """Makes every threading.Thread arm its own timer as it starts, put
-    the heap profile's numpy handler in place when there is one, and give
-    its name to the heap profile as it ends.
+    """Makes every threading.Thread arm its own timer as it starts (in
+    wall mode: be probed finely through its first period), put the heap
+    profile's numpy handler in place when there is one, and give its name to
+    the heap profile as it ends.
 
     The core finds new threads by rescanning /proc every 10 ms; a thread
-    that lives shorter than that would go unsampled. A heap profile's
+    that lives shorter than that would go unsampled. In wall mode a thread
+    that lives a period or less is seen by one tick or none. A heap profile's
     samples outlive their threads, whose names can no longer be looked up
-    when the profile is written. Installed once; it costs three C calls per
+    when the profile is written. Installed once; it costs five C calls per
     thread, and nothing more unless a profile runs.
     """
     original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
@@ -49,6 +51,8 @@ def _arm_new_threads() -> None:
         try:
             original(self)
         finally:
+            if _core.is_running():
+                _core._thread_exiting()
             if _core.heap_is_running():
                 _core._heap_thread_exiting(self.name)
 

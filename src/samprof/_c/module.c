@@ -665,10 +665,24 @@ module_arm_this_thread(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
+    if (M.running && M.mode == MODULE_WALL) {
+        wall_thread_started();
+    }
     if (M.running && M.sampling) {
         Py_BEGIN_ALLOW_THREADS
         sampler_arm_this_thread();
         Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+module_thread_exiting(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    if (M.running && M.mode == MODULE_WALL) {
+        wall_thread_exiting();
     }
     Py_RETURN_NONE;
 }
@@ -954,7 +968,11 @@ static PyMethodDef module_methods[] = {
     {"gc_callback", module_gc_callback, METH_VARARGS,
      "gc_callback(phase, info)\n--\n\nFor gc.callbacks while profiling."},
     {"_arm_this_thread", module_arm_this_thread, METH_NOARGS,
-     "_arm_this_thread()\n--\n\nArm the calling (new) thread's timer now."},
+     "_arm_this_thread()\n--\n\nArm the calling (new) thread's timer now "
+     "(and\n"
+     "in wall mode start its probes)."},
+    {"_thread_exiting", module_thread_exiting, METH_NOARGS,
+     "_thread_exiting()\n--\n\nThe calling thread's run() has returned."},
     {"heap_start", module_heap_start, METH_VARARGS,
      "heap_start(rate, max_depth, max_live, hidden_files, max_stacks,\n"
      "           numpy_api)\n--\n\n"

@@ -47,6 +47,13 @@ void wall_stop(void);
 void wall_gc_begin(void);
 void wall_gc_end(void);
 
+/* The calling thread was just started by threading (its bootstrap): it is
+ * probed finely through its first period. Caller holds the GIL. */
+void wall_thread_started(void);
+
+/* The calling thread's run() has returned: no more probes. GIL. */
+void wall_thread_exiting(void);
+
 void wall_get_stats(wall_stats_t *out);
 
 /* The session was emptied for a new part (collect_clear) and lost its
