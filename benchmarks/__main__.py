@@ -32,6 +32,9 @@ RATE_WORKLOADS = ["call-heavy", "mixed"]
 # The idle-thread workloads ask how a profiler copes with many threads that
 # do nothing: samprof in both modes, and py-spy, which pauses the target.
 IDLE_PROFILERS = ["samprof-cpu-100", "samprof-wall-100", "py-spy-100", "py-spy-100-nonblocking"]
+# At this many idle threads and more, only samprof's wall mode, which has a
+# target there.
+IDLE_WALL_ONLY = 2000
 # The heap profilers run on these workloads only, and nothing else does.
 HEAP_WORKLOADS = ["alloc-heavy", "mixed"]
 COST_PROFILER = "samprof-cpu-10k-perf"
@@ -204,7 +207,9 @@ def plan(
             continue
         # The noise control only where a target is judged (wall mode at 100
         # idle threads), to keep the run short.
-        ids = (["none"] if n == 100 else []) + IDLE_PROFILERS
+        ids = (["none"] if n == 100 else []) + (
+            ["samprof-wall-100"] if n >= IDLE_WALL_ONLY else IDLE_PROFILERS
+        )
         for profiler_id in ids:
             if usable(profilers.BY_ID[profiler_id]):
                 cells.append(("idle", workload, profiler_id))

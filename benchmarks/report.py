@@ -336,8 +336,14 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
     overhead_row(
         "CPU overhead, samprof wall at 100 Hz, 100 idle threads",
         "samprof-wall-100",
-        2,
+        1,
         ["idle-100"],
+    )
+    overhead_row(
+        "CPU overhead, samprof wall at 100 Hz, 500 and 2,000 idle threads",
+        "samprof-wall-100",
+        2,
+        ["idle-500", "idle-2000"],
     )
     return rows
 

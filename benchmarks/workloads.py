@@ -485,7 +485,7 @@ class Soak(Workload):
 
 
 CORE = ["call-heavy", "mixed", "threaded-io"]
-IDLE_COUNTS = [0, 10, 100, 500]
+IDLE_COUNTS = [0, 10, 100, 500, 2000]
 DEPTHS = [10, 50, 200]
 
 

@@ -474,9 +474,12 @@ def test_record_writes_the_profile_when_killed_by_sigterm(tmp_path: Path) -> Non
         / 1e9
     )
     # The profile holds the process's CPU (less the interpreter's start
-    # before profiling, about 0.1 s), nearly all of it in spin().
+    # before profiling, about 0.1 s), nearly all of it in spin(). How much
+    # CPU it gets in its 0.8 s depends on the tests beside it: 0.49 s seen
+    # with the suite's two workers busy on this 2-core VM, so the floor only
+    # says that it ran.
     assert cpu - 0.35 <= sampled <= cpu + 0.05, (sampled, cpu)
-    assert spun >= 0.5 and spun >= 0.8 * sampled, (spun, sampled)
+    assert spun >= 0.25 and spun >= 0.8 * sampled, (spun, sampled)
 
 
 @pytest.mark.skipif(SHORT, reason="version-independent: run on the oldest and newest Python")

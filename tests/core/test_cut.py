@@ -110,3 +110,29 @@ def test_cut_needs_a_running_profile() -> None:
     with prof:
         with pytest.raises(ValueError, match="only a wall profile"):
             _core.cut(True)
+
+
+def test_a_thread_that_never_moves_has_its_time_in_every_part() -> None:
+    """A blocked thread's CPU clock and stack do not move, so the wall
+    sampler reuses what it read of it; every cut part must still hold the
+    thread's whole time (to within two periods of 10 ms)."""
+    release = threading.Event()
+    ready = threading.Event()
+
+    def blocked() -> None:
+        ready.set()
+        release.wait()
+
+    t = threading.Thread(target=blocked, name="blocked")
+    t.start()
+    ready.wait()
+    try:
+        parts = _parts(samprof.WallProfiler(hz=100), [lambda: time.sleep(0.3)] * 3)
+    finally:
+        release.set()
+        t.join()
+    for view, _ in parts[:-1]:
+        held = view.by_label("thread_id", "wall").get(t.native_id, 0)
+        assert abs(held - view.msg.duration_nanos) <= 20_000_000, (held, view.msg.duration_nanos)
+        names = {f[0] for frames, _, _ in view.samples() for f in frames}
+        assert any(n.endswith("blocked") for n in names), names
