@@ -205,8 +205,8 @@ def plan(
         workload = f"idle-{n}"
         if not wanted(workload):
             continue
-        # The noise control only where a target is judged (wall mode at 100
-        # idle threads), to keep the run short.
+        # One noise control, at 100 idle threads, to keep the run short: the
+        # wall-mode targets at 500 and 2,000 are read beside it too.
         ids = (["none"] if n == 100 else []) + (
             ["samprof-wall-100"] if n >= IDLE_WALL_ONLY else IDLE_PROFILERS
         )

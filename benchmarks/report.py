@@ -260,21 +260,29 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
     rows = []
 
     def overhead_row(
-        what: str, pid: str, limit_pct: float, names: List[str], floor: Optional[str] = None
+        what: str,
+        pid: str,
+        limit_pct: float,
+        names: List[str],
+        floor: Optional[str] = None,
+        noise_at: Optional[str] = None,
     ) -> None:
         """floor: the id of a control measured beside pid (the pass-through
-        allocator hook for the heap profiler), shown next to it."""
+        allocator hook for the heap profiler), shown next to it. noise_at:
+        the workload whose noise control stands for these (each its own
+        when None)."""
         parts, worst = [], None
         for w in names:
             s = index.get((w, pid))
             if s is None or s["cpu"] is None:
                 continue
             pct = (s["cpu"] - 1) * 100
-            noise = index.get((w, "none"))
+            noise = index.get((noise_at or w, "none"))
             notes = []
             if noise and noise["cpu_range"]:
                 lo, hi = noise["cpu_range"]
-                notes.append(f"noise {(lo - 1) * 100:+.1f}…{(hi - 1) * 100:+.1f}%")
+                at = f" at {noise_at}" if noise_at and noise_at != w else ""
+                notes.append(f"noise{at} {(lo - 1) * 100:+.1f}…{(hi - 1) * 100:+.1f}%")
             under = index.get((w, floor)) if floor else None
             if under and under["cpu"] is not None:
                 notes.append(f"{profilers.BY_ID[floor].label} {(under['cpu'] - 1) * 100:+.1f}%")
@@ -344,6 +352,7 @@ def targets(results: Dict[str, Any]) -> List[List[str]]:
         "samprof-wall-100",
         2,
         ["idle-500", "idle-2000"],
+        noise_at="idle-100",
     )
     return rows
 
