@@ -38,7 +38,10 @@ CLANG_FORMAT ?= clang-format
 LINT_PATHS = $(wildcard src tests benchmarks demo)
 C_SOURCES = $(wildcard src/samprof/_c/*.c src/samprof/_c/*.h)
 
-PIP_INSTALL = python -m pip install --quiet --disable-pip-version-check --no-input
+# --no-compile: pip would byte-compile every installed module (Django's
+# thousands) at install time, 11 s of the 32 s a test venv took to set up;
+# Python compiles what the tests import, once, when they import it.
+PIP_INSTALL = python -m pip install --no-compile --quiet --disable-pip-version-check --no-input
 PYTEST = pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 # The whole suite, run by a virtual environment's python: the tests that do
 # not measure accuracy TEST_JOBS at a time, then the accuracy tests alone.
@@ -92,21 +95,24 @@ endef
 extension = $$(ls $(1)/lib/python3*/site-packages/samprof/_samprof*.so)
 
 # The statistical accuracy tests (marker `accuracy`, tests/support/measure.py)
-# run at full length on the oldest and the newest Python and at half length on
-# the others (they still measure again, longer, before failing).
-ACCURACY_FULL := $(firstword $(PYTHON_VERSIONS)) $(lastword $(PYTHON_VERSIONS))
+# run at full length on the newest Python and at half length on the others
+# (a miss is measured again, at twice and four times the length, before it
+# fails). The tests of Python-level code (marker `bounds`,
+# tests/support/scope.py) run on the oldest and the newest Python only.
+ACCURACY_FULL := $(lastword $(PYTHON_VERSIONS))
+SCOPE_ALL := $(firstword $(PYTHON_VERSIONS)) $(lastword $(PYTHON_VERSIONS))
 
-# $(call run_tests,DIR,PYTHON[,ACCURACY]): install into DIR (made with
-# PYTHON) and run the whole suite there against an ordinary build;
-# ACCURACY is full (default) or short.
+# $(call run_tests,DIR,PYTHON[,ACCURACY[,SCOPE]]): install into DIR (made
+# with PYTHON) and run the suite there against an ordinary build; ACCURACY
+# is full (default) or short, SCOPE all (default) or core.
 define run_tests
 	$(call make_venv,$(1),$(2))
 	$(call install_package,$(1),test)
 	@if ldd $(call extension,$(1)) | grep -q libasan; then \
 	    echo "error: $(1) holds a sanitizer build" >&2; exit 1; \
 	fi
-	@echo "--- pytest on $$($(1)/bin/python -V 2>&1), accuracy tests $(or $(3),full)"
-	SAMPROF_ACCURACY=$(or $(3),full) $(1)/bin/$(SUITE)
+	@echo "--- pytest on $$($(1)/bin/python -V 2>&1), accuracy tests $(or $(3),full), scope $(or $(4),all)"
+	SAMPROF_ACCURACY=$(or $(3),full) SAMPROF_SCOPE=$(or $(4),all) $(1)/bin/$(SUITE)
 endef
 
 .PHONY: help
@@ -143,7 +149,7 @@ test-all: $(addprefix test-,$(PYTHON_VERSIONS)) ## Run the tests on every suppor
 define python_version_rule
 .PHONY: test-$(1)
 test-$(1):
-	$$(call run_tests,.venv-$(1),$$(PY$(subst .,,$(1))),$(if $(filter $(1),$(ACCURACY_FULL)),full,short))
+	$$(call run_tests,.venv-$(1),$$(PY$(subst .,,$(1))),$(if $(filter $(1),$(ACCURACY_FULL)),full,short),$(if $(filter $(1),$(SCOPE_ALL)),all,core))
 endef
 $(foreach v,$(PYTHON_VERSIONS),$(eval $(call python_version_rule,$(v))))
 
@@ -174,9 +180,9 @@ test-sanitize: ## Run the tests against an ASan+UBSan build (venv .venv-asan).
 	$(call make_venv,.venv-asan,$(PYTHON))
 	$(call install_package,.venv-asan,test,SAMPROF_SANITIZE=1)
 	@env=$(call sanitizer_env,.venv-asan); \
-	echo "--- pytest on $$(.venv-asan/bin/python -V 2>&1), $$env"; \
+	echo "--- pytest on $$(.venv-asan/bin/python -V 2>&1), $$env SAMPROF_SCOPE=core"; \
 	set -x; \
-	env $$env .venv-asan/bin/$(SUITE)
+	env $$env SAMPROF_SCOPE=core .venv-asan/bin/$(SUITE)
 
 # Where flake-hunt and spread install: one venv per interpreter and flavour.
 HUNT_NAME = $(notdir $(PYTHON))$(if $(filter 1,$(SANITIZE)),-asan)
@@ -216,8 +222,15 @@ bench: ## Run the benchmarks and rewrite docs/benchmarks.md (python -m benchmark
 	$(PYTHON) -m benchmarks --out docs/benchmarks.md --plot docs/benchmarks-overhead.png $(BENCH_ARGS)
 
 .PHONY: bench-smoke
-bench-smoke: ## One short benchmark iteration (samprof and the stdlib only), so the harness keeps working.
-	$(PYTHON) -m benchmarks --quick --out build/bench-smoke/benchmarks.md --plot build/bench-smoke/overhead.png
+# One cell of each kind the harness measures (a core workload with its noise
+# control, heap, idle threads, cost per sample, web middleware, memory) and
+# the report and plot drawn from them: 20 s of runs, where every cell of
+# --quick took a minute.
+SMOKE_WORKLOADS = call-heavy,alloc-heavy,idle-100,depth-50,web-flask,soak
+SMOKE_PROFILERS = none,samprof-cpu-100,samprof-wall-100,samprof-heap-512k,samprof-cpu-10k-perf
+bench-smoke: ## One short benchmark run of one cell of each kind, so the harness keeps working.
+	$(PYTHON) -m benchmarks --quick --workloads $(SMOKE_WORKLOADS) --profilers $(SMOKE_PROFILERS) \
+	    --out build/bench-smoke/benchmarks.md --plot build/bench-smoke/overhead.png
 
 .PHONY: lint
 lint: ## ruff check + ruff format --check; clang-format on the C if installed.

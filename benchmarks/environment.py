@@ -65,6 +65,11 @@ def venv_python(venv: str) -> str:
 
 def _pip(venv: str, args: List[str], log_path: str) -> subprocess.CompletedProcess:
     command = [venv_python(venv), "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    if args[:1] == ["install"]:
+        # Byte-compiling every installed module (matplotlib's, the web
+        # frameworks') is most of an install's time; runs compile what they
+        # import.
+        args = ["install", "--no-compile"] + args[1:]
     done = subprocess.run(command + args, capture_output=True, text=True)
     with open(log_path, "a") as log:
         log.write(f"$ pip {' '.join(args)}\n{done.stdout}{done.stderr}\n")

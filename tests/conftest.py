@@ -11,7 +11,7 @@ import pytest
 # tests/ on sys.path, so that `import support` works from every folder.
 sys.path.insert(0, os.path.dirname(__file__))
 
-from support import measure  # noqa: E402
+from support import measure, scope  # noqa: E402
 from support.native import native_library  # noqa: E402
 
 
@@ -28,6 +28,22 @@ def pytest_configure(config):
         "accuracy: compares measured shares or totals with truth (tests/support/measure.py); "
         "SAMPROF_ACCURACY=short runs each at half length",
     )
+    config.addinivalue_line(
+        "markers",
+        "bounds: runs on the oldest and the newest Python only (tests/support/scope.py); "
+        "SAMPROF_SCOPE=core skips it",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if not scope.CORE_ONLY:
+        return
+    skip = pytest.mark.skip(
+        reason="Python-level code: runs on the oldest and the newest Python (SAMPROF_SCOPE=core)"
+    )
+    for item in items:
+        if item.get_closest_marker("bounds") is not None:
+            item.add_marker(skip)
 
 
 @pytest.hookimpl(hookwrapper=True)

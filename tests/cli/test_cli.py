@@ -12,7 +12,6 @@ from typing import Dict, List, Optional
 
 import pytest
 from support import pprof_proto
-from support.measure import SHORT
 from support.pprof_proto import ProfileBuilder
 from support.processes import run_python, run_samprof
 
@@ -461,7 +460,7 @@ def _record_until_sigterm(tmp_path: Path, *args: str):
             proc.wait()
 
 
-@pytest.mark.skipif(SHORT, reason="version-independent: run on the oldest and newest Python")
+@pytest.mark.bounds
 def test_record_writes_the_profile_when_killed_by_sigterm(tmp_path: Path) -> None:
     status, _, stderr, cpu = _record_until_sigterm(tmp_path)
     # It died of the signal, as the program alone would have.
@@ -482,7 +481,7 @@ def test_record_writes_the_profile_when_killed_by_sigterm(tmp_path: Path) -> Non
     assert spun >= 0.25 and spun >= 0.8 * sampled, (spun, sampled)
 
 
-@pytest.mark.skipif(SHORT, reason="version-independent: run on the oldest and newest Python")
+@pytest.mark.bounds
 def test_record_leaves_the_programs_own_sigterm_handler_alone(tmp_path: Path) -> None:
     status, stdout, stderr, _ = _record_until_sigterm(tmp_path, "handle")
     assert status == 7, stderr

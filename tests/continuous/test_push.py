@@ -22,6 +22,9 @@ from support.workloads import burn_python_for
 import samprof
 from samprof import continuous
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 
 def cpu_work(seconds: float) -> float:
     with samprof.labels(route="/cpu"):

@@ -4,9 +4,9 @@ queue stays bounded and counts what it drops, uploads resume when the
 backend is back, and the application does not notice.
 
 What is tested here is the agent's Python (queue, backoff, timeouts), the
-same on every version: it runs on the oldest and the newest Python, as
-the statistical tests do at full length, and not under the sanitizers
-(CI's time is bounded; the C paths it uses are tested everywhere).
+same on every version: it runs on the oldest and the newest Python, and
+not under the sanitizers (tests/support/scope.py; the C paths it uses are
+tested everywhere).
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ from typing import Dict
 
 import pytest
 from support import SANITIZED
-from support.measure import SHORT, measure, within
+from support.measure import measure, within
 from support.pyroscope import Receiver, free_port
 from support.workloads import burn_python_for
 
 import samprof
 from samprof import continuous
 
-pytestmark = pytest.mark.skipif(
-    SHORT or SANITIZED, reason="the agent's Python: run on the oldest and newest Python"
-)
+pytestmark = pytest.mark.bounds
 
 
 @pytest.fixture(autouse=True)

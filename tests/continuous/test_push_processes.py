@@ -13,11 +13,15 @@ import sys
 import time
 from typing import Dict, List
 
+import pytest
 from support import SCRIPTS
 from support.httpclient import get
 from support.processes import child_env, describe, last_json, run_script
 from support.pyroscope import Receiver, Upload, value_of
 from support.servers import GUNICORN_LISTENING, running
+
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
 
 
 def push_env(receiver: Receiver, **settings: str) -> Dict[str, str]:

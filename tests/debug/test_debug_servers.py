@@ -10,11 +10,10 @@ import sys
 import time
 
 import pytest
-from support import SANITIZED, SCRIPTS
+from support import SCRIPTS
 from support.dbgp import InThread, listening, tag, unb64
 from support.debugging import line_of, uri_of
 from support.httpclient import get
-from support.measure import SHORT
 from support.processes import child_env, run_samprof
 from support.servers import GUNICORN_LISTENING, UVICORN_LISTENING, running
 
@@ -22,10 +21,9 @@ APP = "debug_wsgi_app.py"
 
 # What differs between Pythons is the engine's tracing, tested on every one
 # (test_engine.py); the servers around it run on the oldest and the newest,
-# and not under the sanitizers: no C code of samprof's runs here.
-pytestmark = pytest.mark.skipif(
-    SHORT or SANITIZED, reason="version-independent: run on the oldest and newest Python"
-)
+# and not under the sanitizers: no C code of samprof's runs here
+# (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
 
 
 def line(name: str, script: str = APP) -> str:

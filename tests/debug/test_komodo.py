@@ -13,9 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from support import SANITIZED, SCRIPTS
+from support import SCRIPTS
 from support.debugging import _lines, uri_of
-from support.measure import SHORT
 from support.processes import child_env
 from support.servers import GUNICORN_LISTENING, running
 
@@ -34,10 +33,8 @@ def _python2() -> str:
 
 # What differs between Pythons is the engine's tracing, tested on every one
 # (test_engine.py); this runs on the oldest and the newest, and not under the
-# sanitizers: no C code of samprof's runs here.
-@pytest.mark.skipif(
-    SHORT or SANITIZED, reason="version-independent: run on the oldest and newest Python"
-)
+# sanitizers: no C code of samprof's runs here (tests/support/scope.py).
+@pytest.mark.bounds
 def test_komodo_debugs_requests_under_gunicorn(tmp_path):
     lines = _lines(os.path.join(SCRIPTS, APP))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": KOMODO, "LC_ALL": "C.UTF-8"}

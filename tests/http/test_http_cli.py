@@ -23,6 +23,9 @@ from support.servers import GUNICORN_LISTENING, Running, running
 
 from samprof import http
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 SERVES = re.compile(r"samprof: pid (\d+) serves (http://127\.0\.0\.1:(\d+)/debug/pprof/)")
 
 

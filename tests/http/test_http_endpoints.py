@@ -20,6 +20,9 @@ from support.profiles import check_profile, go_pprof_files
 import samprof
 from samprof.http import Endpoints, Request
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 
 @pytest.fixture(scope="module")
 def loaded():

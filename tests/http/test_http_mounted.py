@@ -13,6 +13,9 @@ import pytest
 from support.httpclient import assert_go_error, capture_becomes_free, get, script_process
 from support.profiles import go_pprof_files
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 
 @contextlib.contextmanager
 def mounted(kind: str, seconds: float = 60):

@@ -9,7 +9,11 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from support.httpclient import get, serving_process
+
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
 
 PATHS = ("/debug/pprof/goroutine?debug=2", "/debug/pprof/heap")
 

@@ -19,6 +19,9 @@ from samprof import pprof
 from samprof.pprof import Frame, Profile, ValueType
 from samprof.report import top
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 # How long the fuzz runs (CI: a few seconds per Python; `make fuzz` longer).
 FUZZ_SECONDS = float(os.environ.get("SAMPROF_FUZZ_SECONDS", "3"))
 

@@ -31,6 +31,9 @@ from samprof.pprof import (
 )
 from samprof.report import top
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 CPU_TYPES = [ValueType("samples", "count"), ValueType("cpu", "nanoseconds")]
 MS = 1_000_000
 

@@ -23,6 +23,9 @@ from samprof.pprof import (
     ValueType,
 )
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 # --------------------------------------------------------------------------
 # Raw wire helpers, for what google.protobuf will not write (padded varints,
 # unknown fields, corrupt data).

@@ -28,6 +28,9 @@ from samprof.pprof import (
 )
 from samprof.report import top
 
+# Python-level code: the oldest and the newest Python (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 HEAP_TYPES = [
     ValueType("alloc_objects", "count"),
     ValueType("alloc_space", "bytes"),

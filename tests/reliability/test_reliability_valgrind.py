@@ -14,6 +14,11 @@ import pytest
 from support import SANITIZED, TESTS
 from support.processes import child_env, describe, run_script
 
+# The core's frame walk comes in three versions: 3.9-3.10, 3.11-3.12 and
+# 3.13. memcheck runs on the oldest and the newest Python, and the
+# sanitizer build (3.11) covers the third (tests/support/scope.py).
+pytestmark = pytest.mark.bounds
+
 SUPPRESSIONS = os.path.join(TESTS, "valgrind-python.supp")
 
 
