@@ -11,20 +11,37 @@
 #define HTAB_EMPTY 0
 #define HTAB_DELETED 1
 
+/* Eight bytes per step: stack keys are hundreds of bytes (a 4-byte
+ * location id per frame), hashed once per sample, and a byte-at-a-time hash
+ * spent most of a sample's collection cost on them. Each word is multiplied
+ * in (64x64->128, folded), as wyhash and rapidhash do; the tail is read
+ * zero-padded, and the length is mixed in so keys that differ only by
+ * trailing zeros still differ. */
+static inline uint64_t
+htab_mix(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
 uint64_t
 htab_hash(const void *key, size_t len)
 {
     const uint8_t *p = key;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = htab_mix(h ^ w, 0xA0761D6478BD642FULL);
     }
-    /* FNV's low bits mix poorly for pointer keys; finish with a murmur-style
-     * avalanche so masking by capacity spreads them. */
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
+    if (i < len) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, len - i);
+        h = htab_mix(h ^ w, 0xE7037ED1A0B428DBULL);
+    }
+    /* A final avalanche, so masking by capacity spreads pointer keys. */
+    h = htab_mix(h ^ (h >> 32), 0x8EBC6AF09C88C6E3ULL);
     return h | 2;
 }
 

@@ -38,7 +38,8 @@ int htab_get(const htab_t *t, const void *key, size_t len, uint64_t *value);
 int htab_put(htab_t *t, const void *key, size_t len, uint64_t value);
 /* Removes key if present. Returns 1 when it was present, else 0. */
 int htab_del(htab_t *t, const void *key, size_t len);
-/* The hash used by the table (FNV-1a, 64 bit); exported for tests. */
+/* The hash used by the table (64 bit, eight bytes per step); exported for
+ * tests. */
 uint64_t htab_hash(const void *key, size_t len);
 
 #endif
