@@ -83,6 +83,26 @@ htab_free(htab_t *t)
     memset(t, 0, sizeof(*t));
 }
 
+/* Short keys (a code address and offset, a thread id) are compared inline:
+ * a call to memcmp cost more than the comparison. */
+static inline int
+htab_key_equal(const uint8_t *a, const void *b, size_t len)
+{
+    if (len == 16) {
+        uint64_t x[2], y[2];
+        memcpy(x, a, 16);
+        memcpy(y, b, 16);
+        return x[0] == y[0] && x[1] == y[1];
+    }
+    if (len == 4) {
+        uint32_t x, y;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        return x == y;
+    }
+    return memcmp(a, b, len) == 0;
+}
+
 /* Returns the slot holding key, or the first empty slot of its probe
  * sequence (reporting the first tombstone seen through *tomb). */
 static htab_entry_t *
@@ -108,7 +128,7 @@ htab_find(const htab_t *t, uint64_t h, const void *key, size_t len,
             }
         }
         else if (e->hash == h && e->key_len == len
-                 && memcmp(e->key, key, len) == 0) {
+                 && htab_key_equal(e->key, key, len)) {
             return e;
         }
         i = (i + 1) & mask;

@@ -14,11 +14,26 @@
 #include "htab.h"
 #include "profile.h"
 
+/* Entries of the direct-mapped cache in front of code_loc. */
+#define SYMBOLS_RECENT_BITS 10
+#define SYMBOLS_RECENT (1 << SYMBOLS_RECENT_BITS)
+
+typedef struct {
+    PyObject *code; /* NULL: empty */
+    int32_t offset;
+    uint32_t loc;
+} symbols_recent_t;
+
 typedef struct {
     profile_t *profile; /* where functions and locations are interned */
     htab_t code_fn;     /* code address -> function id. GIL. */
     htab_t code_loc;    /* (code address, offset) -> location id. GIL. */
-    char *cwd;          /* prefix for relative file names, malloc'ed */
+    /* The last answers of code_loc, by a hash of (code, offset): most
+     * frames of a sample repeat the previous samples', and this spares
+     * them the table's hashing and key comparison. Cleared with
+     * code_loc. GIL. */
+    symbols_recent_t recent[SYMBOLS_RECENT];
+    char *cwd; /* prefix for relative file names, malloc'ed */
     size_t cwd_len;
     PyObject *hidden_file; /* tuple of file names whose frames are
                               samprof's own and are left out; strong
