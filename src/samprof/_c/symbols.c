@@ -115,34 +115,6 @@ symbols_function(symbols_t *s, PyObject *code)
     return fn;
 }
 
-static uint32_t symbols_location_slow(symbols_t *s, PyObject *code,
-                                      int32_t offset);
-
-static inline symbols_recent_t *
-symbols_recent(symbols_t *s, PyObject *code, int32_t offset)
-{
-    uint64_t h =
-        ((uint64_t)(uintptr_t)code ^ ((uint64_t)(uint32_t)offset << 40))
-        * 0x9E3779B97F4A7C15ULL;
-    return &s->recent[h >> (64 - SYMBOLS_RECENT_BITS)];
-}
-
-uint32_t
-symbols_location(symbols_t *s, PyObject *code, int32_t offset)
-{
-    symbols_recent_t *r = symbols_recent(s, code, offset);
-    if (r->code == code && r->offset == offset) {
-        return r->loc;
-    }
-    uint32_t loc = symbols_location_slow(s, code, offset);
-    if (loc != 0) {
-        r->code = code;
-        r->offset = offset;
-        r->loc = loc;
-    }
-    return loc;
-}
-
 static uint32_t
 symbols_location_slow(symbols_t *s, PyObject *code, int32_t offset)
 {
@@ -173,6 +145,31 @@ symbols_location_slow(symbols_t *s, PyObject *code, int32_t offset)
     uint32_t loc = profile_location(s->profile, fn, line < 0 ? 0 : line);
     if (loc != 0) {
         (void)htab_put(&s->code_loc, &key, sizeof(key), loc);
+    }
+    return loc;
+}
+
+static inline symbols_recent_t *
+symbols_recent(symbols_t *s, PyObject *code, int32_t offset)
+{
+    uint64_t h =
+        ((uint64_t)(uintptr_t)code ^ ((uint64_t)(uint32_t)offset << 40))
+        * 0x9E3779B97F4A7C15ULL;
+    return &s->recent[h >> (64 - SYMBOLS_RECENT_BITS)];
+}
+
+uint32_t
+symbols_location(symbols_t *s, PyObject *code, int32_t offset)
+{
+    symbols_recent_t *r = symbols_recent(s, code, offset);
+    if (r->code == code && r->offset == offset) {
+        return r->loc;
+    }
+    uint32_t loc = symbols_location_slow(s, code, offset);
+    if (loc != 0) {
+        r->code = code;
+        r->offset = offset;
+        r->loc = loc;
     }
     return loc;
 }
