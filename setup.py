@@ -8,6 +8,7 @@ Environment switches (all in one place):
 
 import glob
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -44,6 +45,22 @@ class build_ext_always(build_ext):
     def finalize_options(self):
         super().finalize_options()
         self.force = True
+
+    def build_extension(self, ext):
+        """Compiles the sources one compiler process per CPU: the core is
+        one extension of many files, which setuptools compiles one by one."""
+        compile_serially = self.compiler.compile
+
+        def compile_in_parallel(sources, *args, **kwargs):
+            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                parts = pool.map(lambda one: compile_serially([one], *args, **kwargs), sources)
+                return [obj for part in parts for obj in part]
+
+        self.compiler.compile = compile_in_parallel
+        try:
+            super().build_extension(ext)
+        finally:
+            del self.compiler.compile
 
 
 setup(
