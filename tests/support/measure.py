@@ -24,8 +24,8 @@ that test (its docstring gives min/median/max of |error| over at least 20
 runs on a 2-core VM, printed by ``make spread``).
 
 Environment:
-  SAMPROF_ACCURACY=short   start at half the duration (CI on every Python
-                           but the newest); default full.
+  SAMPROF_ACCURACY=short   start at half the duration (CI, on every
+                           Python); default full.
   SAMPROF_RETRIES=N        retries after the first attempt (default 2).
   SAMPROF_SPREAD_LOG=FILE  append every comparison to FILE as a JSON line
                            (what ``make spread`` reads).
