@@ -94,6 +94,10 @@ class ProfileStats:
     because some thread held the GIL for longer than the sample ring lasts
     (``samples``), and the most memory that backlog took (``peak_bytes``,
     at most 16 MiB: beyond it samples are dropped as ``buffer_full``).
+    ``wall`` (wall mode only) counts the sampler's ``ticks``, the thread
+    stacks it read (``stacks_read``) and the samples of threads that stood
+    where they waited, added up without a look at their stacks
+    (``deferred``).
     """
 
     mode: str
@@ -107,6 +111,7 @@ class ProfileStats:
     truncated: int
     duration_s: float
     backlog: Dict[str, int] = field(default_factory=dict)
+    wall: Dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def _from_core(cls, d: Dict[str, Any]) -> "ProfileStats":
@@ -122,6 +127,11 @@ class ProfileStats:
             truncated=d["truncated"],
             duration_s=d["duration_ns"] / 1e9,
             backlog=dict(d.get("backlog", {})),
+            wall=(
+                {"ticks": d["ticks"], "stacks_read": d["walks"], "deferred": d["deferred"]}
+                if d["mode"] == "wall"
+                else {}
+            ),
         )
 
 

@@ -256,7 +256,9 @@ collect_on_code_death(PyObject *code)
         if (s->ring != NULL && ring_pending(s->ring) != 0) {
             collect_drain(s, s->ring, 1);
         }
-        symbols_forget(&s->symbols, code);
+        if (symbols_forget(&s->symbols, code)) {
+            s->code_deaths++;
+        }
     }
 }
 

@@ -48,6 +48,10 @@ struct collect_session {
      * its name and id. 0: the threads' samples of one stack are added up
      * (a fleet backend, which must not get a series per thread). */
     int by_thread;
+    /* Counts the deaths of code objects the symbol cache held: a raw
+     * stack read before a change of it may hold a dead code object's
+     * address, reused by a new one (wall.c compares raw stacks). */
+    uint64_t code_deaths;
     collect_session_t *next; /* the next live session */
 };
 

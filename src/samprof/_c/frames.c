@@ -230,6 +230,29 @@ frames_walk(PyThreadState *tstate, ring_frame_t *out, int max, uint16_t *flags)
 
 #endif /* PY_VERSION_HEX < 0x030B0000 */
 
+void
+frames_position(PyThreadState *tstate, frames_pos_t *out)
+{
+    memset(out, 0, sizeof(*out));
+#if PY_VERSION_HEX >= 0x030B0000
+    _PyInterpreterFrame *f = frames_top(tstate);
+    out->top = tstate->datastack_top;
+    if (frames_plausible(f)) {
+        out->frame = f;
+        out->code = FRAMES_CODE(f);
+        out->instr = FRAMES_INSTR(f);
+    }
+#else
+    PyFrameObject *f = tstate->frame;
+    out->top = (const void *)(intptr_t)tstate->recursion_depth;
+    if (frames_plausible(f)) {
+        out->frame = f;
+        out->code = f->f_code;
+        out->instr = (const void *)(intptr_t)f->f_lasti;
+    }
+#endif
+}
+
 int
 frames_line(PyObject *code, int32_t offset)
 {

@@ -29,6 +29,29 @@ int frames_walk(PyThreadState *tstate, ring_frame_t *out, int max,
 int frames_walk_interrupted(PyThreadState *tstate, ring_frame_t *out, int max,
                             uint16_t *flags);
 
+/* Where tstate's thread stands: its top frame, that frame's code and
+ * instruction, and the top of its frame stack, read without walking the
+ * chain. A thread at the same position is in the same function at the
+ * same instruction at the same depth; only one that returned below its top
+ * frame and came back to it through other callers, the frames all the
+ * same size, has the same position and another stack. Caller holds the
+ * GIL. */
+typedef struct {
+    const void *frame;
+    const void *top;
+    const void *code;
+    const void *instr;
+} frames_pos_t;
+
+static inline int
+frames_pos_equal(const frames_pos_t *a, const frames_pos_t *b)
+{
+    return a->frame == b->frame && a->top == b->top && a->code == b->code
+           && a->instr == b->instr;
+}
+
+void frames_position(PyThreadState *tstate, frames_pos_t *out);
+
 /* The line executing at byte offset `offset` of `code`.
  * Caller holds the GIL and guarantees code is alive. */
 int frames_line(PyObject *code, int32_t offset);

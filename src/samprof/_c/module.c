@@ -345,6 +345,7 @@ module_wall_stats(stats_t *st, int64_t duration_ns, int64_t cpu_ns)
     st->samples = w.samples + st->signals;
     st->threads[0] = w.threads_seen;
     st->walks = w.walks;
+    st->deferred = w.deferred;
     st->late_ticks = w.late_ticks;
     st->gc_samples = w.gc_samples;
     st->ticks = w.ticks;
@@ -363,6 +364,7 @@ module_part_stats(stats_t *st, const stats_t *total)
     st->torn -= M.base.torn;
     st->foreign_signals -= M.base.foreign_signals;
     st->walks -= M.base.walks;
+    st->deferred -= M.base.deferred;
     st->late_ticks -= M.base.late_ticks;
     st->gc_samples -= M.base.gc_samples;
     st->ticks -= M.base.ticks;
@@ -432,6 +434,9 @@ module_end_part(stats_t *st, const module_part_t *how, pb_buf_t *buf)
     int final = how->final;
     if (M.sampling) {
         collect_drain(&M.session, sampler_ring(), final);
+    }
+    if (M.mode == MODULE_WALL) {
+        wall_flush(); /* (stop's ran in wall_stop) */
     }
     /* May run Python code: the samplers may add samples meanwhile. */
     collect_resolve_thread_names(&M.session);

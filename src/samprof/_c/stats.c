@@ -41,7 +41,7 @@ stats_to_dict(const stats_t *st)
     }
     return Py_BuildValue(
         "{s:s,s:s,s:i,s:d,s:K,s:K,s:{s:K},s:N,s:K,s:L,s:L,s:L,s:K,s:K,s:K,"
-        "s:K,s:K,s:{s:K,s:K}}",
+        "s:K,s:K,s:K,s:{s:K,s:K}}",
         "mode", "wall", "engine", st->engine, "requested_hz", st->requested_hz,
         "effective_hz", st->effective_hz, "samples",
         (unsigned long long)st->samples, "signals",
@@ -50,7 +50,8 @@ stats_to_dict(const stats_t *st)
         (unsigned long long)st->truncated, "time_ns", (long long)st->time_ns,
         "duration_ns", (long long)st->duration_ns, "cpu_ns",
         (long long)st->cpu_ns, "walks", (unsigned long long)st->walks,
-        "late_ticks", (unsigned long long)st->late_ticks, "gc_samples",
+        "deferred", (unsigned long long)st->deferred, "late_ticks",
+        (unsigned long long)st->late_ticks, "gc_samples",
         (unsigned long long)st->gc_samples, "ticks",
         (unsigned long long)st->ticks, "profile_bytes",
         (unsigned long long)st->profile_bytes, "backlog", "samples",

@@ -31,7 +31,7 @@ typedef struct {
     int64_t duration_ns;
     int64_t cpu_ns;           /* process CPU time during the profile */
     uint64_t foreign_signals; /* CPU: signals that were not samprof's */
-    uint64_t walks, late_ticks, gc_samples, ticks; /* wall */
+    uint64_t walks, deferred, late_ticks, gc_samples, ticks; /* wall */
     uint64_t profile_bytes;
     /* samples that waited in the ring's backlog (someone held the GIL),
      * and the most memory it took, since the profile started */

@@ -23,7 +23,24 @@
  * at a random phase from its start, each probe standing for the probe
  * interval; ticks count for it from the end of that period on. Every
  * instant of its life is then covered at the same density, and its first
- * period, the whole of a short request, is sampled finely. */
+ * period, the whole of a short request, is sampled finely.
+ *
+ * Idle threads. Most threads of a server wait, and a waiting thread's
+ * sample is the same at every tick. Reading its CPU clock (a system call)
+ * and walking its frames cost 1.2 us a thread a tick with 2,000 threads
+ * here. So at most ticks only its position is read (frames_position: the
+ * top frame, its code and instruction, the top of the frame stack) and
+ * compared with the one at its last full look. If that look found it idle
+ * (its CPU clock had not moved) and its position, labels and GC time are
+ * the same, its time is added up in `pending` and the profile is not
+ * touched. The full look (CPU clock, and frames if the clock moved) comes
+ * when any of that changes, and at least every WALL_CHECK_NS at random
+ * instants; the pending time then goes on its stack as one sample, with
+ * the CPU the clock says it used. A thread that runs Python code between
+ * two ticks and is back at the same position (a wait in a loop) is found
+ * out at the next full look, and from there looked at fully at every tick
+ * again until a look finds it idle. The pending time is also added when
+ * the thread ends and when a part of the profile ends (wall_flush). */
 #include "wall.h"
 
 #include "labels.h"
@@ -58,7 +75,6 @@ typedef struct {
     unsigned long ident; /* pthread_t of the thread */
     int32_t tid;         /* native thread id */
     int64_t last_cpu;    /* thread CPU at the previous tick, -1 unknown */
-    int64_t walked_cpu;  /* thread CPU when `stack` was read, -1 never */
     int64_t gc_ns;       /* wall time already charged to <gc> */
     int named;           /* its threading.Thread name was recorded, or we
                             gave up looking (not a threading.Thread) */
@@ -70,6 +86,18 @@ typedef struct {
     int64_t probe_next;  /* its next probe; young while < ticks_from */
     uint32_t depth;      /* location ids in stack */
     uint32_t *stack;     /* cached stack, max_depth + 8 ids */
+    uint32_t labels;     /* label set of the samples on `stack` */
+    int64_t pending;     /* ns deferred on `stack` (see the top) */
+    frames_pos_t pos;    /* its position at the last full look */
+    int idle;            /* it had used no CPU at the last full look */
+    int64_t check_at;    /* its next full look, at the latest */
+    /* The frames `stack` was made from, raw_ok once read; raw_deaths is
+     * the session's code_deaths then (a code address may be reused after
+     * a death). */
+    int raw_ok;
+    uint16_t raw_depth, raw_flags, raw_cap;
+    uint64_t raw_deaths;
+    ring_frame_t *raw;
 } wall_thread_t;
 
 typedef struct {
@@ -89,8 +117,11 @@ typedef struct {
     /* Sampled threads. GIL. */
     wall_thread_t *threads;
     size_t n_threads, cap_threads;
-    htab_t index; /* wall_key_t -> index */
+    htab_t index;    /* wall_key_t -> index */
+    uint32_t *order; /* the index of the k-th thread state last tick */
+    size_t n_order, cap_order;
     uint64_t generation;
+    int64_t last_tick_at; /* when the last tick fell due */
     ring_frame_t *frames; /* scratch for frames_walk, max_depth */
 
     /* Young threads' probes (see the top). probe_ns 0: none, the rate is
@@ -117,6 +148,9 @@ typedef struct {
 /* Probes in a young thread's first period, and their closest spacing. */
 #define PROBES_PER_PERIOD 10
 #define PROBE_MIN_NS 1000000
+
+/* The longest between two full looks at an idle thread (see the top). */
+#define WALL_CHECK_NS 500000000
 
 /* Global: the GC callbacks reach it without context. */
 static wall_state_t W = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -235,7 +269,6 @@ wall_thread_index(PyThreadState *ts, int *created)
     th->ident = ts->thread_id;
     th->tid = wall_native_id(ts);
     th->last_cpu = -1;
-    th->walked_cpu = -1;
     th->seen = W.generation;
     th->stack = stack;
     W.stats.threads_seen++;
@@ -246,6 +279,31 @@ wall_thread_index(PyThreadState *ts, int *created)
 /* Names the threads not named yet (and, on 3.9/3.10, learns their native
  * ids). Runs after a tick's walk over thread states, because the Python
  * code it runs may let threads end. GIL. */
+/* wall_thread_index for the k-th thread state of this tick: the list's
+ * order rarely changes between ticks, so the entry of the k-th one last
+ * time is tried first, sparing a hash lookup. GIL. */
+static Py_ssize_t
+wall_thread_at(PyThreadState *ts, size_t k)
+{
+    if (k < W.n_order) {
+        uint32_t guess = W.order[k];
+        if (guess < W.n_threads && W.threads[guess].key.ts == (void *)ts
+            && W.threads[guess].key.id == ts->id) {
+            return (Py_ssize_t)guess;
+        }
+    }
+    int created;
+    Py_ssize_t idx = wall_thread_index(ts, &created);
+    if (idx < 0 || GROW(W.order, W.cap_order, k + 1) < 0) {
+        return idx;
+    }
+    W.order[k] = (uint32_t)idx;
+    if (k >= W.n_order) {
+        W.n_order = k + 1;
+    }
+    return idx;
+}
+
 static void
 wall_identify_new_threads(void)
 {
@@ -271,6 +329,8 @@ wall_identify_new_threads(void)
     }
 }
 
+static void wall_flush_thread(wall_thread_t *th, int64_t used);
+
 static void
 wall_forget_unseen(void)
 {
@@ -280,8 +340,12 @@ wall_forget_unseen(void)
             i++;
             continue;
         }
+        /* It ended since the last tick, without telling us (threading's
+         * do: wall_thread_exiting): its CPU clock is gone with it. */
+        wall_flush_thread(th, 0);
         htab_del(&W.index, &th->key, sizeof(th->key));
         free(th->stack);
+        free(th->raw);
         W.n_threads--;
         if (i != W.n_threads) {
             W.threads[i] = W.threads[W.n_threads];
@@ -348,14 +412,13 @@ wall_gc_charge(wall_thread_t *th, PyThreadState *ts)
 /* Adds value ns on th's current stack, counted in whole periods (the
  * remainder carried to its next sample). GIL. */
 static void
-wall_add(wall_thread_t *th, PyThreadState *ts, int64_t value, int on_cpu)
+wall_add(wall_thread_t *th, int64_t value, int on_cpu)
 {
     th->count_carry += value;
     int64_t count = th->count_carry / (int64_t)W.period_ns;
     th->count_carry -= count * (int64_t)W.period_ns;
-    collect_add(W.session, th->stack, th->depth, th->tid, labels_of(ts),
+    collect_add(W.session, th->stack, th->depth, th->tid, th->labels,
                 collect_state_string(W.session, on_cpu), count, value);
-    W.stats.samples++;
 }
 
 /* A thread whose on-CPU time arrives as signal samples taken where it
@@ -363,8 +426,7 @@ wall_add(wall_thread_t *th, PyThreadState *ts, int64_t value, int on_cpu)
  * CPU it used and the time charged to <gc>), carried until it is positive.
  * GIL. */
 static void
-wall_add_off_cpu(wall_thread_t *th, PyThreadState *ts, int64_t value,
-                 int64_t used)
+wall_add_off_cpu(wall_thread_t *th, int64_t value, int64_t used)
 {
     th->off_carry += value - used - th->gc_ns;
     th->gc_ns = 0;
@@ -373,7 +435,73 @@ wall_add_off_cpu(wall_thread_t *th, PyThreadState *ts, int64_t value,
     }
     value = th->off_carry;
     th->off_carry = 0;
-    wall_add(th, ts, value, 0);
+    wall_add(th, value, 0);
+}
+
+/* Adds th's deferred time on its stack, `used` ns of it on CPU (the CPU
+ * sampler's threads get theirs from its signals). GIL. */
+static void
+wall_flush_thread(wall_thread_t *th, int64_t used)
+{
+    int64_t value = th->pending;
+    if (value <= 0) {
+        return;
+    }
+    th->pending = 0;
+    if (W.on_cpu_sampler && sampler_thread_armed(th->tid)) {
+        wall_add_off_cpu(th, value, used);
+        return;
+    }
+    used = used < 0 ? 0 : used > value ? value : used;
+    if (used > 0) {
+        wall_add(th, used, 1);
+    }
+    if (value > used) {
+        wall_add(th, value - used, 0);
+    }
+}
+
+/* Whether the frames frames_walk just read into W.frames are those th's
+ * stack was made from. GIL. */
+static int
+wall_same_frames(const wall_thread_t *th, int depth, uint16_t flags)
+{
+    if (!th->raw_ok || th->raw_depth != depth || th->raw_flags != flags
+        || th->raw_deaths != W.session->code_deaths) {
+        return 0;
+    }
+    for (int i = 0; i < depth; i++) {
+        if (th->raw[i].code != W.frames[i].code
+            || th->raw[i].offset != W.frames[i].offset) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Makes th's stack from the frames in W.frames, and keeps them. GIL. */
+static void
+wall_read_stack(wall_thread_t *th, int depth, uint16_t flags)
+{
+    th->depth =
+        collect_stack(W.session, W.frames, (uint16_t)depth, flags, th->stack);
+    W.stats.walks++;
+    th->raw_ok = 0;
+    if (depth > th->raw_cap) {
+        ring_frame_t *raw = realloc(th->raw, (size_t)depth * sizeof(*raw));
+        if (raw == NULL) {
+            return; /* compared as changed at every tick */
+        }
+        th->raw = raw;
+        th->raw_cap = (uint16_t)depth;
+    }
+    if (depth > 0) {
+        memcpy(th->raw, W.frames, (size_t)depth * sizeof(*th->raw));
+    }
+    th->raw_depth = (uint16_t)depth;
+    th->raw_flags = flags;
+    th->raw_deaths = W.session->code_deaths;
+    th->raw_ok = 1;
 }
 
 /* What the sampler is doing at this wake: a tick (ticks periods due, the
@@ -418,32 +546,51 @@ wall_due(wall_thread_t *th, const wall_wake_t *wake)
 
 static void wall_record(wall_thread_t *th, PyThreadState *ts, int64_t value,
                         int64_t used, int cpu_unknown);
+static uint64_t wall_random(void);
 
-/* The sample of one thread at this wake, its stack read again if the
- * thread ran since the last read. GIL. */
-static void
-wall_sample_thread(PyThreadState *ts, const wall_wake_t *wake)
+/* Whether th's time at this wake may be deferred (see the top): it had
+ * used no CPU at the last full look (a thread that runs Python code in a
+ * loop keeps its position too), nothing else asks for a full look now, and
+ * it stands where it stood then. GIL. */
+static int
+wall_may_defer(const wall_thread_t *th, PyThreadState *ts,
+               const wall_wake_t *wake, const frames_pos_t *pos)
 {
-    int created;
-    Py_ssize_t idx = wall_thread_index(ts, &created);
-    if (idx < 0) {
-        return;
-    }
+    return th->idle && th->raw_ok && th->tid != 0 && th->gc_ns == 0
+           && ts != W.gc_ts && !wall_young(th) && wake->now < th->check_at
+           && frames_pos_equal(pos, &th->pos) && labels_of(ts) == th->labels;
+}
+
+/* The sample of one thread at this wake: deferred if it is idle, else
+ * added, with its stack read again if it ran since the last read and its
+ * frames are not those of the cached stack. GIL. */
+static void
+wall_sample_thread(PyThreadState *ts, Py_ssize_t idx, const wall_wake_t *wake)
+{
     wall_thread_t *th = &W.threads[idx];
     th->seen = W.generation;
     if (th->ident != ts->thread_id) {
         /* Seen before it ran: from 3.11 the thread that starts a thread
          * makes its state, with its own pthread id until the new thread
          * binds it. Its clock and stack so far were not this thread's. */
+        wall_flush_thread(th, 0);
         th->ident = ts->thread_id;
         th->tid = wall_native_id(ts);
         th->last_cpu = -1;
-        th->walked_cpu = -1;
+        th->raw_ok = 0;
         th->named = 0;
         th->identify_tries = 0;
     }
     int64_t value = wall_due(th, wake);
     if (value <= 0) {
+        return;
+    }
+    frames_pos_t pos;
+    frames_position(ts, &pos);
+    if (wall_may_defer(th, ts, wake, &pos)) {
+        th->pending += value;
+        W.stats.samples++;
+        W.stats.deferred++;
         return;
     }
     int64_t cpu = wall_thread_cpu(th->ident);
@@ -453,20 +600,38 @@ wall_sample_thread(PyThreadState *ts, const wall_wake_t *wake)
      * fall at random instants of its life. */
     int64_t used = cpu >= 0 && th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
     int cpu_unknown = th->last_cpu < 0;
+    int ran = cpu < 0 || cpu_unknown || used != 0 || !th->raw_ok;
     th->last_cpu = cpu;
-    if (cpu < 0 || cpu != th->walked_cpu || th->walked_cpu < 0) {
-        /* The thread ran since we last read its stack (or we never
-         * did): read it again. Detached threads cannot change it now. */
+    th->idle = !ran;
+    if (ran) {
+        /* Detached threads cannot change their frames now. */
         uint16_t flags = 0;
         int depth = frames_walk(ts, W.frames, (int)W.max_depth, &flags);
         if (flags & RING_TORN) {
             return; /* never seen under the GIL; kept as a guard */
         }
-        th->depth = collect_stack(W.session, W.frames, (uint16_t)depth, flags,
-                                  th->stack);
-        th->walked_cpu = cpu;
-        W.stats.walks++;
+        if (th->pending > 0) {
+            /* Its CPU time since the last read is put in this period
+             * first: at the deferred ticks it stood where it waited. */
+            int64_t now = used < value ? used : value;
+            wall_flush_thread(th, used - now);
+            used = now;
+        }
+        if (!wall_same_frames(th, depth, flags)) {
+            wall_read_stack(th, depth, flags);
+        }
     }
+    else {
+        wall_flush_thread(th, 0);
+    }
+    W.stats.samples++;
+    th->pos = pos;
+    th->labels = labels_of(ts);
+    /* The next full look at a random instant in the second half of the
+     * interval: ticks are shared by all threads, and so would the looks
+     * be. */
+    th->check_at = wake->now + WALL_CHECK_NS / 2
+                   + (int64_t)(wall_random() % (WALL_CHECK_NS / 2));
     wall_record(th, ts, value, used, cpu_unknown);
 }
 
@@ -482,7 +647,7 @@ wall_record(wall_thread_t *th, PyThreadState *ts, int64_t value, int64_t used,
     }
     if (W.on_cpu_sampler && sampler_thread_armed(th->tid)) {
         if (!cpu_unknown) {
-            wall_add_off_cpu(th, ts, value, used);
+            wall_add_off_cpu(th, value, used);
         }
         return;
     }
@@ -498,7 +663,7 @@ wall_record(wall_thread_t *th, PyThreadState *ts, int64_t value, int64_t used,
         return;
     }
     th->gc_ns = 0;
-    wall_add(th, ts, value, used > 0);
+    wall_add(th, value, used > 0);
 }
 
 /* One wake: at a tick, a sample for every Python thread but ours; for
@@ -517,7 +682,7 @@ wall_wake(const wall_wake_t *wake)
             if (idx >= 0 && wall_young(&W.threads[idx])) {
                 young--;
                 if (W.threads[idx].probe_next <= wake->now) {
-                    wall_sample_thread(ts, wake);
+                    wall_sample_thread(ts, idx, wake);
                 }
             }
         }
@@ -526,6 +691,8 @@ wall_wake(const wall_wake_t *wake)
     }
     W.generation++;
     W.stats.ticks += wake->ticks;
+    W.last_tick_at = wake->at;
+    size_t k = 0;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         if (ts == W.self_ts
@@ -535,7 +702,10 @@ wall_wake(const wall_wake_t *wake)
         if (ts->thread_id == 0) {
             continue; /* made for a thread not running yet (3.12+) */
         }
-        wall_sample_thread(ts, wake);
+        Py_ssize_t idx = wall_thread_at(ts, k++);
+        if (idx >= 0) {
+            wall_sample_thread(ts, idx, wake);
+        }
     }
     wall_forget_unseen();
     wall_schedule_probes();
@@ -624,10 +794,14 @@ wall_free_threads(void)
 {
     for (size_t i = 0; i < W.n_threads; i++) {
         free(W.threads[i].stack);
+        free(W.threads[i].raw);
     }
     free(W.threads);
     W.threads = NULL;
     W.n_threads = W.cap_threads = 0;
+    free(W.order);
+    W.order = NULL;
+    W.n_order = W.cap_order = 0;
     htab_free(&W.index);
 }
 
@@ -713,6 +887,32 @@ wall_start(collect_session_t *session, uint64_t period_ns, uint32_t max_depth,
 }
 
 void
+wall_flush(void)
+{
+    if (!W.running) {
+        return;
+    }
+    /* Threads in the list are alive: their clocks can be read. */
+    PyThreadState *self = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(self->interp);
+         ts != NULL; ts = PyThreadState_Next(ts)) {
+        Py_ssize_t idx = wall_thread_find(ts);
+        if (idx < 0 || W.threads[idx].pending <= 0) {
+            continue;
+        }
+        wall_thread_t *th = &W.threads[idx];
+        int64_t cpu = wall_thread_cpu(th->ident);
+        int64_t used = cpu >= 0 && th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
+        th->last_cpu = cpu;
+        wall_flush_thread(th, used);
+    }
+    /* Those that ended since the last tick. */
+    for (size_t i = 0; i < W.n_threads; i++) {
+        wall_flush_thread(&W.threads[i], 0);
+    }
+}
+
+void
 wall_stop(void)
 {
     if (!W.running) {
@@ -725,6 +925,7 @@ wall_stop(void)
     Py_BEGIN_ALLOW_THREADS
     pthread_join(W.thread, NULL);
     Py_END_ALLOW_THREADS
+    wall_flush();
     pthread_cond_destroy(&W.cond);
     wall_free_threads();
     free(W.frames);
@@ -823,7 +1024,8 @@ wall_thread_started(void)
         th->named = 0;
         th->identify_tries = 0;
     }
-    th->walked_cpu = -1;
+    wall_flush_thread(th, 0);
+    th->raw_ok = 0;
     th->tid = tctx_tid();
     th->last_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     th->ticks_from = 0;
@@ -855,10 +1057,23 @@ wall_thread_exiting(void)
     }
     PyThreadState *ts = PyThreadState_Get();
     Py_ssize_t idx = wall_thread_find(ts);
-    if (idx < 0 || !wall_young(&W.threads[idx])) {
+    if (idx < 0) {
         return;
     }
     wall_thread_t *th = &W.threads[idx];
+    if (th->pending > 0) {
+        /* Its deferred time ends here. The CPU it used since the last
+         * tick, waking and ending, is not in it. */
+        int64_t now = clock_ns(CLOCK_MONOTONIC);
+        int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        int64_t used = th->last_cpu >= 0 ? cpu - th->last_cpu : 0;
+        int64_t since = now - W.last_tick_at;
+        th->last_cpu = cpu;
+        wall_flush_thread(th, used > since ? used - since : 0);
+    }
+    if (!wall_young(th)) {
+        return;
+    }
     /* The sampler takes a probe some 50-100 us after it falls due, so a
      * young thread's probes begin that much after its start: the probes
      * that fell due before its end and are not taken yet make up for it.
@@ -904,6 +1119,8 @@ wall_after_fork_child(void)
     W.running = 0;
     W.threads = NULL;
     W.n_threads = W.cap_threads = 0;
+    W.order = NULL;
+    W.n_order = W.cap_order = 0;
     memset(&W.index, 0, sizeof(W.index));
     W.frames = NULL;
     W.gc_stack = NULL;

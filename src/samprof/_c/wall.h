@@ -21,6 +21,7 @@ typedef struct {
     uint64_t ticks;        /* sampling periods covered */
     uint64_t samples;      /* thread samples recorded */
     uint64_t walks;        /* stacks read (the rest reused) */
+    uint64_t deferred;     /* samples of idle threads added up (wall.c) */
     uint64_t late_ticks;   /* periods that passed while waiting for the GIL */
     uint64_t gc_samples;   /* samples credited to <gc> */
     uint64_t threads_seen; /* distinct Python threads sampled */
@@ -37,8 +38,12 @@ int wall_start(collect_session_t *session, uint64_t period_ns,
                uint32_t max_depth, int on_cpu_sampler,
                unsigned long ignored_thread);
 
-/* Stops and joins the sampler thread. Caller holds the GIL (released while
- * joining). */
+/* Adds the time deferred for idle threads to the session now: a part of
+ * the profile ends. Caller holds the GIL. */
+void wall_flush(void);
+
+/* Stops and joins the sampler thread, after a wall_flush. Caller holds the GIL
+ * (released while joining). */
 void wall_stop(void);
 
 /* The cyclic GC started/finished in the calling thread (gc.callbacks).
