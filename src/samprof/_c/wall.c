@@ -276,9 +276,6 @@ wall_thread_index(PyThreadState *ts, int *created)
     return (Py_ssize_t)W.n_threads++;
 }
 
-/* Names the threads not named yet (and, on 3.9/3.10, learns their native
- * ids). Runs after a tick's walk over thread states, because the Python
- * code it runs may let threads end. GIL. */
 /* wall_thread_index for the k-th thread state of this tick: the list's
  * order rarely changes between ticks, so the entry of the k-th one last
  * time is tried first, sparing a hash lookup. GIL. */
@@ -304,6 +301,9 @@ wall_thread_at(PyThreadState *ts, size_t k)
     return idx;
 }
 
+/* Names the threads not named yet (and, on 3.9/3.10, learns their native
+ * ids). Runs after a tick's walk over thread states, because the Python
+ * code it runs may let threads end. GIL. */
 static void
 wall_identify_new_threads(void)
 {

@@ -4,9 +4,11 @@
  * is detached and its frame chain cannot change or be freed), and reads
  * each thread's frames directly. A thread whose CPU clock has not moved
  * since its last read cannot have changed its stack, so its cached stack is
- * reused. No thread is ever signalled by it: blocking calls are never
- * disturbed. (With the CPU sampler's user-mode-only perf events, threads
- * that are on CPU get their on-CPU samples from those signals.) */
+ * reused; one found idle that still stands where it stood has its time
+ * added up and written once (wall.c, "Idle threads"). No thread is ever
+ * signalled by it: blocking calls are never disturbed. (With the CPU sampler's
+ * user-mode-only perf events, threads that are on CPU get their on-CPU samples
+ * from those signals.) */
 #ifndef SAMPROF_WALL_H
 #define SAMPROF_WALL_H
 
