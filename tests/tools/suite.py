@@ -45,7 +45,9 @@ def main() -> int:
         if a.startswith("--junitxml="):
             junit = a.split("=", 1)[1]
             args.remove(a)
-    parallel = ["-n", str(jobs)] if jobs > 1 else ["-p", "no:xdist"]
+    # worksteal: a worker that runs out of tests takes some from the other's
+    # queue, so one long test near the end does not leave a CPU idle.
+    parallel = ["-n", str(jobs), "--dist", "worksteal"] if jobs > 1 else ["-p", "no:xdist"]
     passes = [
         ["-m", "not accuracy", *parallel],
         ["-m", "accuracy", "-p", "no:xdist"],
