@@ -11,8 +11,8 @@
 #                 CPython 3.X.Y under $(PYENV_ROOT)/versions, else python3.X
 #                 on PATH
 #   PYTEST_ARGS   extra pytest arguments, e.g. PYTEST_ARGS='-k heap -x'
-#   TEST_JOBS     tests run this many at a time (default 3 on this 2-CPU
-#                 VM: at 2 the CPUs sat idle 18% of the time while tests
+#   TEST_JOBS     tests run this many at a time (default 3: on a 2-CPU
+#                 machine, at 2 the CPUs sat idle 18% of the time while tests
 #                 waited on servers and children; the accuracy tests always
 #                 run alone afterwards: tests/tools/suite.py)
 #   WERROR        1 (default): compile the C core with -Werror
@@ -51,8 +51,8 @@ SUITE = python tests/tools/suite.py $(TEST_JOBS) -q -p no:cacheprovider $(PYTEST
 export SAMPROF_WERROR := $(WERROR)
 # Bytecode is cached under build/pycache even where the environment sets
 # PYTHONDONTWRITEBYTECODE: without it every test process and every child a
-# test starts compiles Django, pytest and samprof from source again (13% of
-# the suite's CPU). The cache is keyed by each file's full path, so venvs
+# test starts compiles Django, pytest and samprof from source again (a
+# first pass with the cache warm used 13% less CPU on 3.12). The cache is keyed by each file's full path, so venvs
 # and Pythons do not share entries.
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/build/pycache

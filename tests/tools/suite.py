@@ -45,7 +45,7 @@ def main() -> int:
         if a.startswith("--junitxml="):
             junit = a.split("=", 1)[1]
             args.remove(a)
-    # worksteal: a worker that runs out of tests takes some from the other's
+    # worksteal: a worker that runs out of tests takes some from another's
     # queue, so one long test near the end does not leave a CPU idle.
     parallel = ["-n", str(jobs), "--dist", "worksteal"] if jobs > 1 else ["-p", "no:xdist"]
     passes = [
